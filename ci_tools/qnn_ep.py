@@ -1,0 +1,164 @@
+"""Thin layer over the ONNX Runtime QNN execution provider (PyPI ``onnxruntime-qnn``).
+
+The EP is a plugin: it must be registered, then attached per session through its
+device objects. The old ``providers=["QNNExecutionProvider"]`` silently runs on CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BackendUnavailable, CompileError
+
+EP_NAME = "QNNExecutionProvider"
+COMPAT_KEY = f"ep_compatibility_info.{EP_NAME}"
+
+
+@functools.lru_cache(maxsize=1)
+def _ort():
+    try:
+        import onnxruntime as ort
+        import onnxruntime_qnn
+    except ImportError as e:
+        raise BackendUnavailable(
+            f"the ort route needs onnxruntime-qnn: {e}",
+            hint="pip install 'qnn-release[ort]' (Python >= 3.11), or use --backend qairt") from None
+    ort.set_default_logger_severity(3)  # the EP warns about Windows-only features on every session
+    ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
+    return ort, onnxruntime_qnn
+
+
+def qnn_version() -> str:
+    _, oq = _ort()
+    return str(oq.build_and_package_info.qnn_version)
+
+
+def ep_package_version() -> str:
+    from importlib.metadata import version
+
+    return version("onnxruntime-qnn")
+
+
+def _devices():
+    ort, _ = _ort()
+    devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    if not devs:
+        raise BackendUnavailable("onnxruntime-qnn is installed but offers no QNN device",
+                                 hint="check that onnxruntime and onnxruntime-qnn versions match")
+    return devs
+
+
+def htp_options(soc_model: str | int | None, htp_arch: int | None, fp16: bool, extra: dict | None = None) -> dict:
+    opts = {"backend_type": "htp"}
+    if soc_model is not None:
+        opts["soc_model"] = str(soc_model)
+    if htp_arch is not None:
+        opts["htp_arch"] = str(htp_arch)
+    if fp16:
+        opts["enable_htp_fp16_precision"] = "1"
+    opts.update(extra or {})
+    return opts
+
+
+def session_options(*, allow_cpu_fallback: bool, options: dict, context_path: Path | None = None):
+    ort, _ = _ort()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if context_path is not None:
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", str(context_path))
+    if not allow_cpu_fallback:
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.add_provider_for_devices(_devices(), options)
+    return so
+
+
+def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
+                    allow_cpu_fallback: bool = False) -> tuple[Path, Path]:
+    """Compile ``model`` into ``<out_dir>/<stem>_ctx.onnx`` + ``<stem>_ctx_qnn.bin``.
+
+    The EP refuses to write over an existing file, and a crash half-way must not leave a
+    file that looks finished: compile into a fresh folder next to ``out_dir``, then move.
+    """
+    ort, _ = _ort()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=out_dir))
+    try:
+        so = session_options(allow_cpu_fallback=allow_cpu_fallback, options=options,
+                             context_path=scratch / f"{stem}_ctx.onnx")
+        try:
+            ort.InferenceSession(str(model), sess_options=so)
+        except Exception as e:  # onnxruntime raises its own untyped errors
+            raise CompileError(_first_line(e)) from None
+        ctx, bins = scratch / f"{stem}_ctx.onnx", sorted(scratch.glob("*.bin"))
+        if not ctx.exists() or not bins:
+            raise CompileError(f"the QNN EP wrote no context binary for {model.name}")
+        final_bin = out_dir / bins[0].name
+        os.replace(bins[0], final_bin)
+        os.replace(ctx, out_dir / ctx.name)
+        return out_dir / ctx.name, final_bin
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cpu_nodes_when_falling_back(model: Path, options: dict) -> list[tuple[str, str]]:
+    """Compile once more with CPU fallback allowed: every non-EPContext node stayed on CPU.
+
+    With fallback disabled the EP only says "nodes are assigned to the CPU EP", without names.
+    """
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            ctx, _ = compile_context(model, Path(tmp), "probe", options, allow_cpu_fallback=True)
+        except CompileError:
+            return []
+        graph = onnx.load(str(ctx), load_external_data=False).graph
+        return [(n.op_type, n.name or "(unnamed)") for n in graph.node if n.op_type != "EPContext"]
+
+
+@dataclass(frozen=True)
+class CompatInfo:
+    """What a context stub says it was compiled for (``ep_compatibility_info``)."""
+
+    raw: str
+    qnn_version: str
+    htp_arch: int
+    soc_model: int
+    sdk_version: str | None  # ep_sdk_version of the EPContext node, with build id
+
+
+def read_compat(ctx_onnx: Path) -> CompatInfo:
+    import onnx
+
+    m = onnx.load(str(ctx_onnx), load_external_data=False)
+    meta = {p.key: p.value for p in m.metadata_props}
+    raw = meta.get(COMPAT_KEY)
+    if raw is None:
+        raise CompileError(f"{ctx_onnx}: no {COMPAT_KEY} metadata: not a QNN EPContext model")
+    # v2:6:<qnn>:<api>:<htp_arch>:<soc_model>:...
+    parts = raw.split(":")
+    try:
+        qnn, arch, soc = parts[2], int(parts[4]), int(parts[5])
+    except (IndexError, ValueError):
+        raise CompileError(f"{ctx_onnx}: cannot parse {COMPAT_KEY}={raw!r}") from None
+    sdk = None
+    for node in m.graph.node:
+        if node.op_type == "EPContext":
+            for a in node.attribute:
+                if a.name == "ep_sdk_version":
+                    sdk = a.s.decode()
+    return CompatInfo(raw=raw, qnn_version=qnn, htp_arch=arch, soc_model=soc, sdk_version=sdk)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return type(e).__name__

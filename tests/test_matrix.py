@@ -1,0 +1,119 @@
+"""The matrix file: the demo validates; every broken variant gives one line, exit code 2, no traceback."""
+
+import json
+import re
+
+import pytest
+
+from ci_tools.matrix import SCHEMA_FILE, json_schema, load_matrix
+from ci_tools.plan import plan
+from tests.conftest import DEMO_MATRIX, run_cli
+
+SRC = DEMO_MATRIX.read_text()
+VAD_TAIL = "    precisions: [fp16]\n    chips: [flagship, QCS9100]\n\n  - name: rapidocr"
+CLS_INPUT = "inputs: {x: [1, 3, 48, 192]}"
+
+BROKEN = {
+    "yaml-syntax": (SRC.replace('tag_pattern: "v*"', 'tag_pattern: "v*'), r"YAML syntax error"),
+    "empty": ("", r"is empty"),
+    "only-comments": ("# nothing here\n", r"is empty"),
+    "top-level-list": ("- a\n- b\n", r"must be a mapping"),
+    "tab-indent": (SRC.replace("  - name: silero-vad", "\t- name: silero-vad"), r"YAML syntax error"),
+    "duplicate-key": (SRC.replace("    license: MIT\n", "    license: MIT\n    license: BSD\n"),
+                      r"duplicate key 'license'"),
+    "unknown-key": (SRC.replace(VAD_TAIL, VAD_TAIL.replace("precisions:", "precision:")),
+                    r"unknown key 'precision'.*did you mean 'precisions'\?"),
+    "unknown-top-key": (SRC + "modles: []\n", r"unknown key 'modles'.*did you mean 'models'\?"),
+    "wrong-type-list": (SRC.replace("precisions: [fp16]", "precisions: fp16", 1), r"expected a list"),
+    "wrong-type-version": (SRC.replace("version: 1\n", 'version: "1"\n', 1), r"version: expected one of 1"),
+    "unknown-chip": (SRC.replace("chips: [flagship, QCS9100]", "chips: [SM8751]", 1),
+                     r"unknown chip 'SM8751'.*did you mean SM8750\?"),
+    "fp16-on-v68": (SRC.replace("chips: [flagship, QCS9100]", "chips: [SM8350]", 1),
+                    r"fp16 for SM8350.*v68.*exclude"),
+    "duplicate-model": (SRC.replace("name: rapidocr", "name: silero-vad"), r"duplicate model name 'silero-vad'"),
+    "unpinned-pip": (SRC.replace("package: silero-vad==6.2.3", "package: silero-vad"), r"name==version"),
+    "bad-sha256": (SRC.replace("7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87", "abc"),
+                   r"sha256 pin"),
+    "hf-branch-not-commit": (SRC.replace("      kind: pip\n      package: silero-vad==6.2.3",
+                                         "      kind: hf\n      repo: snakers4/silero-vad\n      revision: main", 1),
+                             r"revision: expected a pin"),
+    "hf-no-revision": (SRC.replace("      kind: pip\n      package: silero-vad==6.2.3",
+                                   "      kind: hf\n      repo: snakers4/silero-vad", 1),
+                       r"missing required key 'revision'"),
+    "dynamic-dim": (SRC.replace(CLS_INPUT, "inputs: {x: [batch, 3, 48, 192]}"), r"x\[0\]: expected a fixed positive"),
+    "negative-dim": (SRC.replace(CLS_INPUT, "inputs: {x: [-1, 3, 48, 192]}"), r"positive"),
+    "zero-dim": (SRC.replace(CLS_INPUT, "inputs: {x: [1, 0, 48, 192]}"), r"x\[1\]: expected a fixed positive"),
+    "float-dim": (SRC.replace(CLS_INPUT, "inputs: {x: [1.5, 3, 48, 192]}"), r"fixed positive integer"),
+    "unknown-precision": (SRC.replace("precisions: [fp16]", "precisions: [fp8]", 1),
+                          r"expected one of fp16, w8a16, int8, got 'fp8'"),
+    "typo-precision": (SRC.replace("precisions: [fp16]", "precisions: [w8a61]", 1), r"did you mean 'w8a16'\?"),
+    "unknown-source-kind": (SRC.replace("kind: pip", "kind: pypi", 1), r"'kind' must be one of hf, url, path, pip"),
+    "missing-source-kind": (SRC.replace("      kind: pip\n", "", 1), r"'kind' must be one of"),
+    "no-models": (SRC[:SRC.index("models:")] + "models: []\n", r"at least 1 item"),
+    "recursive-alias": (SRC + "x: &a [*a]\n", r"refers to itself"),
+    "bad-dtype": (SRC.replace(CLS_INPUT, "inputs: {x: {shape: [1, 3, 48, 192], dtype: int128}}"),
+                  r"dtype: expected one of"),
+    "exclude-unknown-chip": (SRC.replace(VAD_TAIL, VAD_TAIL.replace(
+        "chips: [flagship, QCS9100]\n", "chips: [flagship, QCS9100]\n    exclude: [{soc: X1}]\n")),
+                             r"exclude\[0\]\.soc: unknown chip"),
+    "duplicate-graph": (SRC.replace("      - name: rec\n", "      - name: cls\n"), r"duplicate graph name 'cls'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_matrix_gives_one_line(tmp_path, name):
+    text, pattern = BROKEN[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    r = run_cli("plan", "--matrix", str(path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"qnn-release: error: {path}"), lines[0]
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "(hint:" in lines[0], lines[0]
+
+
+def test_error_names_the_right_line(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(SRC.replace(CLS_INPUT, "inputs: {x: [batch, 3, 48, 192]}"))
+    r = run_cli("plan", "--matrix", str(path))
+    expected_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "batch, 3" in line)
+    assert f"{path}:{expected_line}:" in r.stderr
+
+
+def test_missing_file_and_unreadable_file(tmp_path):
+    r = run_cli("plan", "--matrix", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "no such matrix file" in r.stderr
+    bad = tmp_path / "bin.yaml"
+    bad.write_bytes(b"\xff\xfe\x00\x01")
+    r = run_cli("plan", "--matrix", str(bad))
+    assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fp16_on_v68_allowed_when_excluded(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(SRC.replace(VAD_TAIL, VAD_TAIL.replace(
+        "precisions: [fp16]\n    chips: [flagship, QCS9100]\n",
+        "precisions: [fp16, w8a16]\n    chips: [phones]\n    exclude: [{soc: SM8350, precision: fp16}]\n")))
+    targets = plan(load_matrix(path), model="silero-vad")
+    ids = {t.id for t in targets}
+    assert "silero-vad.vad.sm8350.w8a16" in ids and "silero-vad.vad.sm8350.fp16" not in ids
+    assert "silero-vad.vad.sm8450.fp16" in ids
+
+
+def test_committed_json_schema_is_current():
+    assert SCHEMA_FILE.read_text() == json_schema(), "stale: run `qnn-release schema --write`"
+    r = run_cli("schema", "--check")
+    assert r.returncode == 0
+
+
+def test_demo_matrix_validates_against_committed_schema():
+    import jsonschema
+    import yaml
+
+    jsonschema.validate(yaml.safe_load(SRC), json.loads(SCHEMA_FILE.read_text()))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(yaml.safe_load(SRC.replace("precisions: [fp16]", "precisions: [fp8]", 1)),
+                            json.loads(SCHEMA_FILE.read_text()))
