@@ -1,0 +1,260 @@
+"""``qnn-release build``: plan -> prepare (once per graph) -> compile + verify (per target, in workers).
+
+Each target is cached under a content-addressed key: an unchanged target is not rebuilt.
+One failing target does not stop the others; ``build-report.json`` says which failed and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .backends import get_backend
+from .errors import PrepareError, QnnReleaseError, SourceError
+from .matrix import LoadedMatrix, Model
+from .plan import Target, plan
+from .prepare import Prepared, generate_inputs, prepare
+from .progress import Progress
+from .quantize import calibration_hash, load_calibration, quantize_graph
+from .report import table, write_json
+from .sources import SourceStore, default_cache, sha256_file
+from .target_job import COMPILE_VERSION, TargetSpec, run_target
+
+REPORT = "build-report.json"
+
+
+@dataclass
+class BuildReport:
+    records: list[dict]
+    prepared: list[dict]
+    path: Path
+    backend: str
+    sdk_version: str
+    seconds: float
+    interrupted: bool = False
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.records if r["status"] == "failed"]
+
+
+def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
+    spec = {"v": COMPILE_VERSION, "prepared": prepared.sha256, "backend": backend, "sdk": sdk,
+            "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
+            "options": t.model.options.model_dump(mode="json"), "calibration": calib}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _cached(out: Path, t: Target, key: str) -> dict | None:
+    meta = out / t.id / "target.json"
+    try:
+        record = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("key") != key or record.get("status") != "ok":
+        return None
+    if not all((out / t.id / f["name"]).is_file() for f in record.get("files", [])):
+        return None
+    return {**record, "status": "cached"}
+
+
+def _sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
+    """The folder the graphs are read from, and a digest of everything in it."""
+    files = store.fetch(model)
+    digest = hashlib.sha256(json.dumps({k: p.name for k, p in sorted(files.items())}).encode()).hexdigest()
+    src = store.materialize(model, work / "src" / model.name)
+    if model.export is None:
+        return src, digest
+    key = hashlib.sha256(json.dumps([digest, model.export.model_dump()], sort_keys=True).encode()).hexdigest()[:16]
+    out = work / "export" / model.name / key
+    if not (out / ".done").exists():
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        argv = [a.replace("{src}", str(src)).replace("{out}", str(tmp)) for a in model.export.command]
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        r = subprocess.run(argv, capture_output=True, text=True)
+        (tmp / "export.log").write_text(r.stdout + r.stderr)
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise SourceError(f"{model.name}: export command failed ({r.returncode}): {last[:300]}",
+                              hint=f"see {out.name}.tmp/export.log in {out.parent}")
+        missing = [o for o in model.export.outputs if not (tmp / o).is_file()]
+        if missing:
+            raise SourceError(f"{model.name}: export did not write {', '.join(missing)}",
+                              hint="export.outputs must name files the command writes into {out}")
+        (tmp / ".done").write_text(key)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return out, key
+
+
+def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str | None = None,
+          precision: str | None = None, backend: str = "ort", jobs: int = 1, force: bool = False,
+          cache: Path | None = None, progress: Progress | None = None) -> BuildReport:
+    started = time.monotonic()
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    targets = plan(loaded, model=model, soc=soc, precision=precision)
+    if not targets:
+        raise QnnReleaseError("nothing to build: the filters match no target", hint="see `qnn-release plan`")
+    route = get_backend(backend)
+    sdk = route.sdk_version()
+    cache = cache or default_cache()
+    work = cache / "work"
+    store = SourceStore(cache, loaded.root)
+    progress = progress or Progress(len(targets))
+    out.mkdir(parents=True, exist_ok=True)
+
+    records: dict[str, dict] = {}
+    prepared_records: list[dict] = []
+    specs: list[TargetSpec] = []
+    prepare_seconds = 0.0
+    by_model: dict[str, list[Target]] = {}
+    for t in targets:
+        by_model.setdefault(t.model.name, []).append(t)
+    for name, model_targets in by_model.items():
+        m = model_targets[0].model
+        try:
+            t0 = time.monotonic()
+            src, src_digest = _sources(store, m, work)
+            preps: dict[str, Prepared] = {}
+            for g in m.graphs:
+                if any(t.graph == g.name for t in model_targets):
+                    source_sha = sha256_file(src / g.file) if (src / g.file).is_file() else src_digest
+                    preps[g.name] = prepare(m, g, src, work / "prepared", source_sha, seed=m.calibration.seed)
+                    prepared_records.append(preps[g.name].as_dict())
+            prepare_seconds += time.monotonic() - t0
+        except (SourceError, PrepareError) as e:
+            for t in model_targets:
+                records[t.id] = _failed(t, e)
+                progress.finished(records[t.id])
+            continue
+        calib: dict[tuple[str, str], tuple[list, str, Path | None]] = {}
+        for t in model_targets:
+            prep = preps[t.graph]
+            try:
+                samples, chash, qpath = None, None, None
+                if t.precision != "fp16":
+                    if (t.graph, t.precision) not in calib:
+                        samples = _calibration(loaded, m, prep)
+                        chash = calibration_hash(samples)
+                        qpath = quantize_graph(prep.path, t.precision, samples) if backend == "ort" else None
+                        calib[(t.graph, t.precision)] = (samples, chash, qpath)
+                    samples, chash, qpath = calib[(t.graph, t.precision)]
+                key = target_key(t, prep, backend, sdk, chash)
+            except QnnReleaseError as e:
+                records[t.id] = _failed(t, e)
+                progress.finished(records[t.id])
+                continue
+            hit = None if force else _cached(out, t, key)
+            if hit is not None:
+                records[t.id] = hit
+                progress.finished(hit)
+                continue
+            specs.append(TargetSpec(
+                target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
+                prepared=prep, backend=backend, key=key, out=out, seed=m.calibration.seed,
+                verify_samples=samples[:4] if samples else None, calibration=samples, calibration_hash=chash,
+                quantized=qpath))
+
+    interrupted = False
+    try:
+        for record in _run_all(specs, jobs, progress):
+            records[record["id"]] = record
+            progress.finished(record)
+    except KeyboardInterrupt:
+        interrupted = True
+        for s in specs:
+            records.setdefault(s.target_id, {"id": s.target_id, "model": s.model, "graph": s.graph,
+                                             "soc": s.soc.name, "precision": s.precision, "status": "failed",
+                                             "error": "interrupted", "exit_code": 130})
+    ordered = [records[t.id] for t in targets if t.id in records]
+    report = BuildReport(records=ordered, prepared=prepared_records, path=out / REPORT, backend=backend,
+                         sdk_version=sdk, seconds=round(time.monotonic() - started, 3), interrupted=interrupted)
+    report.timings = {
+        "total": report.seconds, "prepare": round(prepare_seconds, 3),
+        "compile": round(sum(r.get("compile_seconds", 0) for r in ordered if r["status"] == "ok"), 3),
+        "emulator": round(sum(r.get("emulator_seconds_total", 0) or 0 for r in ordered if r["status"] == "ok"), 3),
+        "jobs": jobs,
+    }
+    write_json(report.path, {
+        "version": 1, "toolkit": f"qnn-release {__version__}", "matrix": str(loaded.path), "backend": backend,
+        "sdk_version": sdk, "started": when, "status": "interrupted" if interrupted else
+        ("failed" if report.failed else "ok"), "timings": report.timings,
+        "prepared": prepared_records, "targets": ordered,
+    })
+    if interrupted:
+        raise KeyboardInterrupt
+    return report
+
+
+def _failed(t: Target, e: QnnReleaseError) -> dict:
+    return {"id": t.id, "model": t.model.name, "graph": t.graph, "soc": t.soc.name, "precision": t.precision,
+            "status": "failed", "error": str(e), "exit_code": e.exit_code}
+
+
+def _calibration(loaded: LoadedMatrix, m: Model, prep: Prepared) -> list[dict[str, np.ndarray]]:
+    if m.calibration.path:
+        folder = (loaded.root / m.calibration.path).resolve()
+        return load_calibration(folder, [i.name for i in prep.inputs])
+    return generate_inputs(prep.inputs, count=m.calibration.samples, seed=m.calibration.seed)
+
+
+def _run_all(specs: list[TargetSpec], jobs: int, progress: Progress):
+    if not specs:
+        return
+    if jobs <= 1:
+        for s in specs:
+            progress.running([s.target_id])
+            yield run_target(s)
+        return
+    # spawn: the QNN EP and onnxruntime do not survive fork() with threads running
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=ctx) as pool:
+        pending: dict[Future, TargetSpec] = {pool.submit(run_target, s): s for s in specs}
+        try:
+            while pending:
+                progress.running([s.target_id for s in list(pending.values())[:jobs]])
+                done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for f in done:
+                    s = pending.pop(f)
+                    try:
+                        yield f.result()
+                    except Exception as e:  # a worker died (killed, out of memory)
+                        yield {"id": s.target_id, "model": s.model, "graph": s.graph, "soc": s.soc.name,
+                               "precision": s.precision, "status": "failed", "exit_code": 70,
+                               "error": f"worker process failed: {type(e).__name__}: {e}".splitlines()[0]}
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def summary(report: BuildReport) -> str:
+    rows = []
+    for r in report.records:
+        cos = (r.get("parity") or {}).get("cosine")
+        rows.append((r["id"], r["status"], f"{r.get('size', 0) / 1e6:.2f} MB" if r.get("size") else "",
+                     f"{r.get('seconds', 0):.1f}" if r["status"] != "cached" else "-",
+                     f"{cos:.6f}" if cos is not None else ""))
+    text = table(["target", "status", "size", "seconds", "cosine"], rows)
+    ok = sum(r["status"] in ("ok", "cached") for r in report.records)
+    cached = sum(r["status"] == "cached" for r in report.records)
+    text += (f"\n\n{ok}/{len(report.records)} targets ok ({cached} cached), {len(report.failed)} failed, "
+             f"{report.seconds:.1f}s; SDK {report.sdk_version}; report: {report.path}")
+    for r in report.failed:
+        text += f"\nFAILED {r['id']}: {r['error']}"
+    return text

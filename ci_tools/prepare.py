@@ -1,0 +1,351 @@
+"""Prepare one graph for QNN, once (it does not depend on the chip).
+
+fixed constants -> static input shapes -> int64 inputs become int32 (a Cast inside the
+graph) -> onnxsim -> no dynamic dimension left -> parity with the original on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import PrepareError
+from .matrix import Graph, Model
+from .metrics import Parity, compare, worst
+from .report import write_json
+
+PREPARE_VERSION = 1  # bump when the preparation changes what it writes
+PROTOBUF_LIMIT = 2**31 - 1
+EXTERNAL_DATA_ABOVE = 1_800_000_000  # leave room below protobuf's 2 GB for the graph itself
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+@dataclass
+class Prepared:
+    model: str
+    graph: str
+    path: Path
+    sha256: str
+    source_sha256: str
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    parity: dict
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+    @classmethod
+    def load(cls, path: Path) -> Prepared:
+        d = json.loads(path.read_text())
+        d["path"] = Path(d["path"])
+        d["inputs"] = [TensorInfo(**t) for t in d["inputs"]]
+        d["outputs"] = [TensorInfo(**t) for t in d["outputs"]]
+        return cls(**d)
+
+
+def _np_dtype(elem_type: int) -> np.dtype:
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _dtype_name(elem_type: int) -> str:
+    return str(_np_dtype(elem_type)) if elem_type else "undefined"
+
+
+def prepare_key(model: Model, graph: Graph, source_sha: str) -> str:
+    spec = {"v": PREPARE_VERSION, "src": source_sha, "graph": graph.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: str,
+            samples: list[dict[str, np.ndarray]] | None = None, seed: int = 0) -> Prepared:
+    """Write ``<work>/<key>/graph.onnx`` and ``prepared.json``; reuse them when already there."""
+    key = prepare_key(model, graph, source_sha)
+    final = work / model.name / graph.name / key
+    if (final / "prepared.json").exists():
+        return Prepared.load(final / "prepared.json")
+    import onnx
+
+    start = time.monotonic()
+    what = f"{model.name}/{graph.name}"
+    src = src_dir / graph.file
+    if not src.is_file():
+        raise PrepareError(f"{what}: graph file {graph.file} not found in the source",
+                           hint="graphs[].file is relative to the source (or to the export outputs)")
+    try:
+        m = onnx.load(str(src))
+    except Exception as e:
+        raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: {str(e).splitlines()[0][:200]}") from None
+    notes: list[str] = []
+    _fold_constants(m, graph, what)
+    _fix_shapes(m, graph, what)
+    _forget_dynamic_output_shapes(m)
+    cast_inputs = _int64_inputs_to_int32(m, graph)
+    if cast_inputs:
+        notes.append(f"int64 inputs now int32 (Cast inside the graph): {', '.join(cast_inputs)}")
+    m = _simplify(m, what, notes)
+    if m.ByteSize() < EXTERNAL_DATA_ABOVE:
+        _pin_output_shapes(m)
+    inputs, outputs = _static_io(m, what)
+
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.{graph.name}.", dir=work))
+    try:
+        out = tmp / "graph.onnx"
+        if m.ByteSize() > EXTERNAL_DATA_ABOVE:
+            onnx.save_model(m, str(out), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location="graph.onnx.data", size_threshold=1024)
+            notes.append("weights stored as external data (graph.onnx.data): the graph is over 2 GB")
+        else:
+            onnx.save_model(m, str(out))
+        feeds = samples or generate_inputs(inputs, count=2, seed=seed)
+        parity = _parity_with_original(src, out, graph, feeds, cast_inputs, what)
+        from .sources import sha256_file
+
+        final.parent.mkdir(parents=True, exist_ok=True)
+        prepared = Prepared(model=model.name, graph=graph.name, path=final / "graph.onnx",
+                            sha256=sha256_file(out), source_sha256=source_sha, inputs=inputs, outputs=outputs,
+                            parity=parity.as_dict(), seconds=round(time.monotonic() - start, 3), notes=notes)
+        write_json(tmp / "prepared.json", prepared.as_dict())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)  # the folder appears whole, with prepared.json, or not at all
+        return prepared
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fold_constants(m, graph: Graph, what: str) -> None:
+    from onnx import numpy_helper
+
+    by_name = {i.name: i for i in m.graph.input}
+    for name, value in graph.constants.items():
+        if name not in by_name:
+            raise PrepareError(f"{what}: constants.{name}: the graph has no input '{name}'",
+                               hint=f"inputs: {', '.join(by_name)}")
+        inp = by_name[name]
+        arr = np.asarray(value, dtype=_np_dtype(inp.type.tensor_type.elem_type))
+        m.graph.input.remove(inp)
+        m.graph.initializer.append(numpy_helper.from_array(arr, name))
+
+
+def _fix_shapes(m, graph: Graph, what: str) -> None:
+    by_name = {i.name: i for i in m.graph.input}
+    init = {i.name for i in m.graph.initializer}
+    for name, spec in graph.inputs.items():
+        if name not in by_name:
+            raise PrepareError(f"{what}: inputs.{name}: the graph has no input '{name}'",
+                               hint=f"inputs: {', '.join(n for n in by_name if n not in init)}")
+        dims = by_name[name].type.tensor_type.shape.dim
+        if len(dims) and len(dims) != len(spec.shape):
+            raise PrepareError(f"{what}: inputs.{name}: shape {spec.shape} has rank {len(spec.shape)}, "
+                               f"the graph's input has rank {len(dims)}",
+                               hint=f"give {len(dims)} dimensions")
+        for i, (d, v) in enumerate(zip(dims, spec.shape)):
+            if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != v:
+                raise PrepareError(f"{what}: inputs.{name}[{i}]: the graph fixes this dimension to {d.dim_value}, "
+                                   f"the matrix says {v}", hint=f"use {d.dim_value}")
+        shape = by_name[name].type.tensor_type.shape
+        shape.ClearField("dim")
+        for v in spec.shape:
+            shape.dim.add().dim_value = v
+        if spec.dtype is not None:
+            from onnx import helper
+
+            current = _dtype_name(by_name[name].type.tensor_type.elem_type)
+            if spec.dtype != current and not (spec.dtype == "int32" and current == "int64"):
+                raise PrepareError(f"{what}: inputs.{name}.dtype: only int64 -> int32 can be overridden, "
+                                   f"the graph's input is {current}", hint="drop the dtype override")
+            del helper  # dtype change itself happens in _int64_inputs_to_int32
+
+
+def _forget_dynamic_output_shapes(m) -> None:
+    """Exporters write -1 or names into output shapes: make those dimensions unknown (rank kept)."""
+    for out in m.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                d.Clear()
+    del m.graph.value_info[:]
+
+
+def _pin_output_shapes(m) -> None:
+    """ONNX shape inference does not write graph outputs back: run the static graph once on CPU."""
+    unknown = [o for o in m.graph.output
+               if not o.type.tensor_type.HasField("shape")
+               or any(not d.HasField("dim_value") for d in o.type.tensor_type.shape.dim)]
+    if not unknown:
+        return
+    import onnxruntime as ort
+
+    init = {i.name for i in m.graph.initializer}
+    ins = [TensorInfo(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim],
+                      _dtype_name(i.type.tensor_type.elem_type)) for i in m.graph.input if i.name not in init]
+    if any(d <= 0 for t in ins for d in t.shape):
+        return  # an input is still dynamic: _static_io names it
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+    results = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, generate_inputs(ins, 1, 0)[0])))
+    for out in unknown:
+        shape = out.type.tensor_type.shape
+        shape.ClearField("dim")
+        for v in results[out.name].shape:
+            shape.dim.add().dim_value = int(v)
+
+
+def _int64_inputs_to_int32(m, graph: Graph) -> list[str]:
+    """Callers pass int32 (HTP has no int64); a Cast inside the graph restores int64 for its ops."""
+    from onnx import TensorProto, helper
+
+    changed = []
+    for inp in m.graph.input:
+        if inp.type.tensor_type.elem_type != TensorProto.INT64:
+            continue
+        inner = f"{inp.name}__int64"
+        _rename_uses(m.graph, inp.name, inner)
+        m.graph.node.insert(0, helper.make_node("Cast", [inp.name], [inner], to=TensorProto.INT64,
+                                                name=f"{inp.name}__to_int64"))
+        inp.type.tensor_type.elem_type = TensorProto.INT32
+        changed.append(inp.name)
+    return changed
+
+
+def _rename_uses(g, old: str, new: str) -> None:
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        for attr in node.attribute:
+            if attr.g is not None and attr.HasField("g"):
+                _rename_uses(attr.g, old, new)
+            for sub in attr.graphs:
+                _rename_uses(sub, old, new)
+    for out in g.output:
+        if out.name == old:  # an input passed straight through: keep the output name, add an Identity
+            pass
+
+
+def _simplify(m, what: str, notes: list[str]):
+    if m.ByteSize() > EXTERNAL_DATA_ABOVE:
+        notes.append("onnxsim skipped: the graph is over 2 GB")
+        return m
+    try:
+        import onnxsim
+
+        simplified, ok = onnxsim.simplify(m)
+    except Exception as e:
+        raise PrepareError(f"{what}: onnxsim failed: {str(e).splitlines()[0][:300]}",
+                           hint="fix the export (e.g. fold `If` branches, fix shapes) or give constants") from None
+    if not ok:
+        raise PrepareError(f"{what}: onnxsim could not check the simplified graph")
+    before, after = len(m.graph.node), len(simplified.graph.node)
+    notes.append(f"onnxsim: {before} -> {after} nodes")
+    return simplified
+
+
+def _static_io(m, what: str) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    import onnx
+
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+    except Exception:  # shape inference is only a helper here
+        pass
+    init = {i.name for i in m.graph.initializer}
+    result = []
+    for kind, values in (("input", [i for i in m.graph.input if i.name not in init]), ("output", m.graph.output)):
+        infos = []
+        for v in values:
+            t = v.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+            if not t.HasField("shape") or any(not isinstance(d, int) or d <= 0 for d in dims):
+                raise PrepareError(f"{what}: {kind} '{v.name}' still has a dynamic shape {dims}",
+                                   hint=f"fix it in the matrix: graphs[].inputs: {{{v.name}: [..]}}"
+                                   if kind == "input" else "fix the input shapes so the output shape follows")
+            infos.append(TensorInfo(v.name, [int(d) for d in dims], _dtype_name(t.elem_type)))
+        result.append(infos)
+    return result[0], result[1]
+
+
+def generate_inputs(inputs: list[TensorInfo], count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Deterministic inputs: uniform [-1, 1) floats, small non-negative integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(count):
+        feed = {}
+        for t in inputs:
+            dt = np.dtype(t.dtype)
+            if dt.kind == "f":
+                feed[t.name] = rng.uniform(-1.0, 1.0, t.shape).astype(dt)
+            elif dt.kind in "iu":
+                feed[t.name] = rng.integers(0, 16, t.shape).astype(dt)
+            elif dt.kind == "b":
+                feed[t.name] = rng.integers(0, 2, t.shape).astype(bool)
+            else:
+                raise PrepareError(f"input '{t.name}': cannot generate {t.dtype} inputs",
+                                   hint="supply calibration data (calibration.path)")
+        samples.append(feed)
+    return samples
+
+
+def cpu_session(path: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def run_cpu(path: Path, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    sess = cpu_session(path)
+    return [sess.run(None, f) for f in feeds]
+
+
+def _parity_with_original(original: Path, prepared: Path, graph: Graph, feeds, cast_inputs, what: str) -> Parity:
+    try:
+        new = run_cpu(prepared, feeds)
+    except Exception as e:
+        raise PrepareError(f"{what}: the prepared graph does not run on CPU: {str(e).splitlines()[0][:300]}") from None
+    try:
+        orig_sess = cpu_session(original)
+        names = {i.name for i in orig_sess.get_inputs()}
+        old = []
+        for f in feeds:
+            g = {k: (v.astype(np.int64) if k in cast_inputs else v) for k, v in f.items()}
+            for k, v in graph.constants.items():
+                if k in names:
+                    g[k] = np.asarray(v, dtype=_ort_np(orig_sess, k))
+            old.append(orig_sess.run(None, g))
+    except Exception as e:
+        raise PrepareError(f"{what}: the original graph does not run on CPU with the matrix's shapes: "
+                           f"{str(e).splitlines()[0][:300]}") from None
+    parities = [compare(a, b) for o, n in zip(old, new) for a, b in zip(o, n)]
+    p = worst(parities)
+    if p.cosine < 0.9999 or p.nan_count:
+        raise PrepareError(f"{what}: the prepared graph differs from the original on CPU (cosine {p.cosine:.6f})",
+                           hint="a preparation step changed the maths: run with --verbose and check the notes")
+    return p
+
+
+def _ort_np(sess, name: str) -> np.dtype:
+    t = next(i.type for i in sess.get_inputs() if i.name == name)
+    return {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+            "tensor(double)": np.float64, "tensor(float16)": np.float16, "tensor(bool)": np.bool_}.get(t, np.float32)

@@ -1,0 +1,56 @@
+"""Progress of a build: a live line in a terminal, plain lines in logs, ::group:: folds in GitHub Actions."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+class Progress:
+    def __init__(self, total: int, stream=None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.actions = os.environ.get("GITHUB_ACTIONS") == "true"
+        self.live = self.stream.isatty() and not self.actions and os.environ.get("TERM") != "dumb"
+        self.start = time.monotonic()
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def info(self, text: str) -> None:
+        self._clear()
+        self._write(text + "\n")
+
+    def running(self, ids: list[str]) -> None:
+        if self.live and ids:
+            elapsed = time.monotonic() - self.start
+            self._write(f"\r\033[K[{self.done}/{self.total}] {elapsed:5.0f}s compiling {', '.join(ids)[:100]}")
+
+    def finished(self, record: dict) -> None:
+        self.done += 1
+        status = record["status"]
+        if status == "failed":
+            line = f"[{self.done}/{self.total}] {record['id']} FAILED: {record.get('error')}"
+        else:
+            cos = (record.get("parity") or {}).get("cosine")
+            extra = f" cos {cos:.6f}" if cos is not None else ""
+            line = (f"[{self.done}/{self.total}] {record['id']} {status} "
+                    f"{record.get('size', 0) / 1e6:.2f} MB {record.get('seconds', 0):.1f}s{extra}")
+        self._clear()
+        if self.actions:
+            self._write(f"::group::{line}\n")
+            for w in record.get("warnings") or []:
+                self._write(f"  warning: {w}\n")
+            if record.get("traceback"):
+                self._write(record["traceback"])
+            self._write("::endgroup::\n")
+            if status == "failed":
+                self._write(f"::error title={record['id']}::{record.get('error')}\n")
+        else:
+            self._write(line + "\n")
+
+    def _clear(self) -> None:
+        if self.live:
+            self._write("\r\033[K")

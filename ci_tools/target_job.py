@@ -1,0 +1,109 @@
+"""One target, in a worker process: compile -> verify -> write ``<out>/<target id>/`` atomically.
+
+The folder is assembled under a temporary name and renamed into place with its
+``target.json`` last written inside it, so a folder with ``target.json`` is always whole.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import QnnReleaseError
+from .matrix import Options
+from .prepare import Prepared, generate_inputs, run_cpu
+from .report import write_json
+from .socs import Soc
+
+COMPILE_VERSION = 1  # bump when a change here should rebuild every target
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetSpec:
+    target_id: str
+    model: str
+    graph: str
+    soc: Soc
+    precision: str
+    options: Options
+    prepared: Prepared
+    backend: str
+    key: str
+    out: Path
+    seed: int
+    verify_samples: list[dict[str, np.ndarray]] | None
+    calibration: list[dict[str, np.ndarray]] | None
+    calibration_hash: str | None
+    quantized: Path | None
+
+
+def run_target(spec: TargetSpec) -> dict:
+    """Never raises: returns the outcome record (status ok / failed)."""
+    start = time.monotonic()
+    record = {"id": spec.target_id, "model": spec.model, "graph": spec.graph, "soc": spec.soc.name,
+              "precision": spec.precision, "key": spec.key, "backend": spec.backend}
+    tmp = None
+    try:
+        from .backends import CompileJob, get_backend
+        from .verify import check, thresholds_for
+
+        backend = get_backend(spec.backend)
+        spec.out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.target_id}.", dir=spec.out))
+        job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
+                         options=spec.options, out_dir=tmp, calibration=spec.calibration, quantized=spec.quantized)
+        result = backend.compile(job)
+        feeds = spec.verify_samples or generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1)
+        ran = backend.run(job, result, feeds)
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        record.update({
+            "sdk_version": result.sdk_version,
+            "compile_seconds": round(result.seconds, 3),
+            "warnings": result.warnings,
+            "files": [{"name": str(p.relative_to(tmp)), "size": p.stat().st_size} for p in files],
+            "context_onnx": result.context_onnx.name,
+            "binaries": [b.name for b in result.binaries],
+            "size": sum(b.stat().st_size for b in result.binaries),
+            "calibration_sha256": spec.calibration_hash,
+        })
+        if ran is None:
+            record.update({"verified": False, "parity": None, "emulator_seconds": None,
+                           "verify_note": f"the {spec.backend} route has no emulator here"})
+        else:
+            outputs, emu_seconds = ran
+            reference = run_cpu(spec.prepared.path, feeds)
+            v = check(spec.target_id, [o.name for o in spec.prepared.outputs], reference, outputs,
+                      thresholds_for(spec.options, spec.precision), emu_seconds)
+            record.update({"verified": True, "parity": v.parity.as_dict(), "per_output": v.per_output,
+                           "thresholds": v.thresholds, "emulator_seconds": round(emu_seconds, 4),
+                           "emulator_seconds_total": round(emu_seconds * len(feeds), 4),
+                           "verify_samples": v.samples})
+        record["status"] = "ok"
+        record["seconds"] = round(time.monotonic() - start, 3)
+        write_json(tmp / "target.json", record)
+        final = spec.out / spec.target_id
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        tmp = None
+    except QnnReleaseError as e:
+        record.update({"status": "failed", "error": str(e), "exit_code": e.exit_code})
+    except Exception as e:  # a bug or an unexpected library error: keep it on one target
+        record.update({"status": "failed", "error": f"internal error: {type(e).__name__}: {e}".splitlines()[0],
+                       "exit_code": 70, "traceback": traceback.format_exc()})
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    record["seconds"] = round(time.monotonic() - start, 3)
+    return record
