@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.verbose:
+        os.environ["QNN_RELEASE_VERBOSE"] = "1"  # read by worker processes too
     try:
         return int(args.func(args) or 0)
     except QnnReleaseError as e:

@@ -19,6 +19,10 @@ EP_NAME = "QNNExecutionProvider"
 COMPAT_KEY = f"ep_compatibility_info.{EP_NAME}"
 
 
+def _severity() -> int:
+    return 2 if os.environ.get("QNN_RELEASE_VERBOSE") else 4
+
+
 @functools.lru_cache(maxsize=1)
 def _ort():
     try:
@@ -28,7 +32,8 @@ def _ort():
         raise BackendUnavailable(
             f"the ort route needs onnxruntime-qnn: {e}",
             hint="pip install 'qnn-release[ort]' (Python >= 3.11), or use --backend qairt") from None
-    ort.set_default_logger_severity(3)  # the EP warns about Windows-only features on every session
+    # The EP warns about Windows-only features on every session; errors we report ourselves.
+    ort.set_default_logger_severity(_severity())
     ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
     return ort, onnxruntime_qnn
 
@@ -68,7 +73,7 @@ def htp_options(soc_model: str | int | None, htp_arch: int | None, fp16: bool, e
 def session_options(*, allow_cpu_fallback: bool, options: dict, context_path: Path | None = None):
     ort, _ = _ort()
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = _severity()
     if context_path is not None:
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_file_path", str(context_path))

@@ -36,3 +36,35 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     """Run the real console entry point in a child process, as a user would."""
     return subprocess.run([sys.executable, "-m", "ci_tools", *args], capture_output=True, text=True,
                           cwd=cwd or REPO, env=env, timeout=900)
+
+
+SDK_SECTION = {
+    "qairt": [{"version": "2.40.0.251030", "hf_repo": "csukuangfj/qnn-toolkit", "file": "v2.40.0.251030.zip",
+               "revision": None, "sha256": None}],
+    "onnxruntime_qnn": "2.7.0",
+}
+
+
+def write_matrix(repo: Path, models: list[dict]) -> Path:
+    """A matrix file at <repo>/matrix/models.yaml; `path` sources are relative to <repo>."""
+    import yaml
+
+    path = repo / "matrix" / "models.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": models}, sort_keys=False))
+    return path
+
+
+def path_model(repo: Path, name: str, onnx_file: Path, graphs: list[dict] | None = None, **extra) -> dict:
+    from ci_tools.sources import sha256_file
+
+    rel = onnx_file.relative_to(repo)
+    return {"name": name, "description": f"test model {name}", "license": "MIT",
+            "source": {"kind": "path", "path": str(rel), "sha256": sha256_file(onnx_file)},
+            "graphs": graphs or [{"name": "main", "file": onnx_file.name}], **extra}
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One source/prepare cache per test session (wheels of the demo models are fetched once)."""
+    return tmp_path_factory.mktemp("qnn-release-cache")

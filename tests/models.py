@@ -1,0 +1,43 @@
+"""Small real ONNX graphs built with onnx.helper, for cases the published demo models do not cover."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def mlp(path: Path, dynamic_batch: bool = True, op: str = "Relu", hidden: int = 64, seed: int = 0) -> Path:
+    """x[batch, 32] -> MatMul -> Add -> <op> -> MatMul -> y[batch, 8]."""
+    rng = np.random.default_rng(seed)
+    batch = "batch" if dynamic_batch else 1
+    w1 = numpy_helper.from_array(rng.standard_normal((32, hidden)).astype(np.float32) * 0.2, "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32) * 0.1, "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((hidden, 8)).astype(np.float32) * 0.2, "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"], name="fc1"),
+             helper.make_node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
+             helper.make_node(op, ["h1"], ["h2"], name=f"act_{op.lower()}"),
+             helper.make_node("MatMul", ["h2", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])], [w1, b1, w2])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def embedding(path: Path, vocab: int = 100, dim: int = 16) -> Path:
+    """int64 token ids[1, seq] -> Gather(embedding) -> ReduceMean -> y[1, dim]: an int64-input graph."""
+    rng = np.random.default_rng(1)
+    table = numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "table")
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("ReduceMean", ["e", "axes"], ["y"], keepdims=0, name="pool")]
+    graph = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, dim])], [table, axes])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
