@@ -27,7 +27,7 @@ from .matrix import LoadedMatrix, Model
 from .plan import Target, plan
 from .prepare import Prepared, generate_inputs, prepare
 from .progress import Progress
-from .quantize import calibration_hash, load_calibration, quantize_graph
+from .quantize import calibration_hash, load_calibration
 from .report import table, write_json
 from .sources import SourceStore, default_cache, sha256_file
 from .target_job import COMPILE_VERSION, TargetSpec, run_target
@@ -122,11 +122,11 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
     records: dict[str, dict] = {}
     prepared_records: list[dict] = []
     specs: list[TargetSpec] = []
-    prepare_seconds = 0.0
+    prepare_seconds = precompile_seconds = 0.0
     by_model: dict[str, list[Target]] = {}
     for t in targets:
         by_model.setdefault(t.model.name, []).append(t)
-    for name, model_targets in by_model.items():
+    for model_targets in by_model.values():
         m = model_targets[0].model
         try:
             t0 = time.monotonic()
@@ -143,18 +143,17 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
                 records[t.id] = _failed(t, e)
                 progress.finished(records[t.id])
             continue
-        calib: dict[tuple[str, str], tuple[list, str, Path | None]] = {}
+        pre: dict[tuple[str, str], tuple[list | None, str | None, Path | None]] = {}
         for t in model_targets:
             prep = preps[t.graph]
             try:
-                samples, chash, qpath = None, None, None
-                if t.precision != "fp16":
-                    if (t.graph, t.precision) not in calib:
-                        samples = _calibration(loaded, m, prep)
-                        chash = calibration_hash(samples)
-                        qpath = quantize_graph(prep.path, t.precision, samples) if backend == "ort" else None
-                        calib[(t.graph, t.precision)] = (samples, chash, qpath)
-                    samples, chash, qpath = calib[(t.graph, t.precision)]
+                if (t.graph, t.precision) not in pre:
+                    samples = _calibration(loaded, m, prep) if t.precision != "fp16" else None
+                    chash = calibration_hash(samples) if samples is not None else None
+                    t0 = time.monotonic()
+                    pre[(t.graph, t.precision)] = (samples, chash, route.precompile(prep, t.precision, samples, chash))
+                    precompile_seconds += time.monotonic() - t0
+                samples, chash, precompiled = pre[(t.graph, t.precision)]
                 key = target_key(t, prep, backend, sdk, chash)
             except QnnReleaseError as e:
                 records[t.id] = _failed(t, e)
@@ -169,7 +168,7 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
                 prepared=prep, backend=backend, key=key, out=out, seed=m.calibration.seed,
                 verify_samples=samples[:4] if samples else None, calibration=samples, calibration_hash=chash,
-                quantized=qpath))
+                precompiled=precompiled))
 
     interrupted = False
     try:
@@ -186,7 +185,7 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
     report = BuildReport(records=ordered, prepared=prepared_records, path=out / REPORT, backend=backend,
                          sdk_version=sdk, seconds=round(time.monotonic() - started, 3), interrupted=interrupted)
     report.timings = {
-        "total": report.seconds, "prepare": round(prepare_seconds, 3),
+        "total": report.seconds, "prepare": round(prepare_seconds, 3), "precompile": round(precompile_seconds, 3),
         "compile": round(sum(r.get("compile_seconds", 0) for r in ordered if r["status"] == "ok"), 3),
         "emulator": round(sum(r.get("emulator_seconds_total", 0) or 0 for r in ordered if r["status"] == "ok"), 3),
         "jobs": jobs,

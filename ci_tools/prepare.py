@@ -94,7 +94,8 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
     try:
         m = onnx.load(str(src))
     except Exception as e:
-        raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: {str(e).splitlines()[0][:200]}") from None
+        raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: "
+                           f"{str(e).splitlines()[0][:200]}") from None
     notes: list[str] = []
     _fold_constants(m, graph, what)
     _fix_shapes(m, graph, what)
@@ -267,7 +268,7 @@ def _static_io(m, what: str) -> tuple[list[TensorInfo], list[TensorInfo]]:
 
     try:
         m = onnx.shape_inference.infer_shapes(m, strict_mode=False)
-    except Exception:  # shape inference is only a helper here
+    except Exception:  # noqa: S110 - shape inference is only a helper here; the check below decides
         pass
     init = {i.name for i in m.graph.initializer}
     result = []

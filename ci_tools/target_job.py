@@ -41,7 +41,7 @@ class TargetSpec:
     verify_samples: list[dict[str, np.ndarray]] | None
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
-    quantized: Path | None
+    precompiled: Path | None
 
 
 def run_target(spec: TargetSpec) -> dict:
@@ -58,7 +58,7 @@ def run_target(spec: TargetSpec) -> dict:
         spec.out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{spec.target_id}.", dir=spec.out))
         job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
-                         options=spec.options, out_dir=tmp, calibration=spec.calibration, quantized=spec.quantized)
+                         options=spec.options, out_dir=tmp, calibration=spec.calibration, precompiled=spec.precompiled)
         result = backend.compile(job)
         feeds = spec.verify_samples or generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1)
         ran = backend.run(job, result, feeds)

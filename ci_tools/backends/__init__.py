@@ -24,7 +24,7 @@ class CompileJob:
     options: Options
     out_dir: Path  # a fresh, empty folder: the backend writes its files here
     calibration: list[dict[str, np.ndarray]] | None = None
-    quantized: Path | None = None  # QDQ graph for the ort route (w8a16, int8)
+    precompiled: Path | None = None  # what ``Backend.precompile`` made for this graph and precision
 
 
 @dataclass(kw_only=True)
@@ -42,6 +42,10 @@ class Backend(Protocol):
 
     def sdk_version(self) -> str:
         """Version (with build id) of the toolchain; part of the cache key."""
+
+    def precompile(self, prepared: Prepared, precision: str, calibration: list[dict[str, np.ndarray]] | None,
+                   calibration_hash: str | None) -> Path | None:
+        """The chip-independent work, once per graph and precision (quantize, convert); cached on disk."""
 
     def compile(self, job: CompileJob) -> CompileResult:
         """Compile ``job.prepared`` for ``job.soc``, or raise CompileError naming what failed."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import qnn_ep
 from ..errors import CompileError
+from ..quantize import quantize_graph
 from . import CompileJob, CompileResult
 
 
@@ -25,6 +26,11 @@ class OrtBackend:
     def sdk_version(self) -> str:
         return f"{qnn_ep.qnn_version()} (onnxruntime-qnn {qnn_ep.ep_package_version()})"
 
+    def precompile(self, prepared, precision, calibration, calibration_hash):
+        if precision == "fp16":
+            return None  # the EP converts float graphs to fp16 itself
+        return quantize_graph(prepared.path, precision, calibration or [])
+
     def _options(self, job: CompileJob, for_run: bool = False) -> dict:
         extra = {}
         vtcm = job.options.vtcm_mb or job.soc.vtcm_mb
@@ -35,7 +41,7 @@ class OrtBackend:
         return qnn_ep.htp_options(job.soc.soc_model, job.soc.htp_arch, fp16=job.precision == "fp16", extra=extra)
 
     def compile(self, job: CompileJob) -> CompileResult:
-        model = job.quantized if job.precision != "fp16" else job.prepared.path
+        model = job.precompiled if job.precision != "fp16" else job.prepared.path
         if model is None:
             raise CompileError(f"{job.target_id}: no quantized graph for {job.precision}")
         options = self._options(job)

@@ -1,0 +1,24 @@
+"""A compile route for tests that writes part of its output, then fails or is interrupted.
+
+It wraps the real ort route so the targets it lets through are real builds.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ci_tools.backends.ort import OrtBackend
+from ci_tools.errors import CompileError
+
+
+class InterruptingBackend(OrtBackend):
+    name = "interrupting"
+
+    def compile(self, job):
+        mode = os.environ.get("TEST_BACKEND_MODE", "")
+        if job.soc.name in os.environ.get("TEST_BACKEND_SOCS", "").split(","):
+            (job.out_dir / f"{job.prepared.graph}_ctx_qnn.bin").write_bytes(b"half a binary")
+            if mode == "interrupt":
+                raise KeyboardInterrupt
+            raise CompileError(f"{job.target_id}: simulated compiler crash")
+        return super().compile(job)

@@ -1,0 +1,48 @@
+import math
+
+import numpy as np
+import pytest
+
+from ci_tools.errors import VerifyError
+from ci_tools.matrix import Options
+from ci_tools.metrics import compare
+from ci_tools.verify import check, thresholds_for
+
+
+def test_zero_outputs_give_no_nan():
+    p = compare(np.zeros(10), np.zeros(10))
+    assert (p.cosine, p.max_abs, p.snr_db, p.nan_count) == (1.0, 0.0, 200.0, 0)
+    q = compare(np.zeros(10), np.ones(10))
+    assert q.cosine == 0.0 and q.snr_db == -200.0 and not any(map(math.isnan, (q.cosine, q.max_abs, q.snr_db)))
+
+
+def test_nan_in_output_is_counted():
+    p = compare(np.ones(4), np.array([1.0, np.nan, 1.0, np.inf]))
+    assert p.nan_count == 2 and not math.isnan(p.cosine)
+
+
+def test_snr_and_cosine_values():
+    ref = np.array([1.0, 2.0, 3.0, 4.0])
+    p = compare(ref, ref + 0.1)
+    assert p.max_abs == pytest.approx(0.1)
+    assert p.snr_db == pytest.approx(10 * math.log10(30 / 0.04))
+    assert compare(ref, -ref).cosine == pytest.approx(-1.0)
+
+
+def test_thresholds_default_and_override():
+    assert thresholds_for(Options(), "fp16").min_cosine == 0.999
+    opts = Options.model_validate({"verify": {"int8": {"min_cosine": 0.5}}})
+    assert thresholds_for(opts, "int8").min_cosine == 0.5
+    assert thresholds_for(opts, "fp16").min_cosine == 0.999
+
+
+def test_check_fails_below_threshold_and_passes_above():
+    ref = [[np.linspace(-1, 1, 100, dtype=np.float32)]]
+    good = [[ref[0][0] + 1e-4]]
+    bad = [[ref[0][0][::-1].copy()]]
+    t = thresholds_for(Options(), "fp16")
+    assert check("t", ["y"], ref, good, t, 0.1).parity.cosine > 0.999
+    with pytest.raises(VerifyError, match="cosine"):
+        check("t", ["y"], ref, bad, t, 0.1)
+    with pytest.raises(VerifyError, match="elements"):
+        check("t", ["y"], ref, [[np.zeros(3)]], t, 0.1)

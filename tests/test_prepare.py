@@ -1,0 +1,112 @@
+"""Preparation cases: export commands, external data, constants, shape mismatches (real onnx/onnxsim/ORT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from ci_tools import prepare as prepare_mod
+from ci_tools.errors import PrepareError
+from ci_tools.matrix import load_matrix
+from ci_tools.prepare import prepare
+from ci_tools.sources import SourceStore
+from tests import models
+from tests.conftest import REPO, path_model, run_cli, write_matrix
+
+
+def _prepare(matrix_path, cache, name="m"):
+    loaded = load_matrix(matrix_path)
+    model = loaded.matrix.model(name)
+    store = SourceStore(cache, loaded.root)
+    src = store.materialize(model, cache / "src" / name)
+    return [prepare(model, g, src, cache / "prepared", "test") for g in model.graphs]
+
+
+def test_export_command_produces_the_graph(tmp_path):
+    pytest.importorskip("onnxruntime_qnn")
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    np.savez(repo / "models" / "ckpt.npz", w=np.random.default_rng(0).standard_normal((16, 4)))
+    model = path_model(repo, "exp", repo / "models" / "ckpt.npz",
+                       graphs=[{"name": "encoder", "file": "encoder.onnx"}], chips=["SM8650"],
+                       export={"command": ["python", str(REPO / "tests" / "export_mlp.py"), "{src}/ckpt.npz", "{out}"],
+                               "outputs": ["encoder.onnx"]})
+    matrix = write_matrix(repo, [model])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((out / "build-report.json").read_text())
+    assert rep["targets"][0]["status"] == "ok" and rep["prepared"][0]["outputs"][0]["shape"] == [1, 4]
+
+
+def test_failing_export_is_reported(tmp_path):
+    pytest.importorskip("onnxruntime_qnn")
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    (repo / "models" / "ckpt.npz").write_bytes(b"not a checkpoint")
+    model = path_model(repo, "exp", repo / "models" / "ckpt.npz", chips=["SM8650"],
+                       graphs=[{"name": "encoder", "file": "encoder.onnx"}],
+                       export={"command": ["python", str(REPO / "tests" / "export_mlp.py"), "{src}/ckpt.npz", "{out}"],
+                               "outputs": ["encoder.onnx"]})
+    matrix = write_matrix(repo, [model])
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(tmp_path / "dist"),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "c")})
+    assert r.returncode == 8, r.stderr
+    t = json.loads((tmp_path / "dist" / "build-report.json").read_text())["targets"][0]
+    assert "export command failed" in t["error"] and t["exit_code"] == 4
+
+
+def test_large_graph_goes_to_external_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare_mod, "EXTERNAL_DATA_ABOVE", 10_000)
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False, hidden=256)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"])])
+    (p,) = _prepare(matrix, tmp_path / "cache")
+    assert (p.path.parent / "graph.onnx.data").stat().st_size > 30_000
+    assert p.path.stat().st_size < 10_000
+    assert any("external data" in n for n in p.notes)
+    assert p.parity["cosine"] > 0.9999
+
+
+def test_constants_fold_an_input_and_shape_rank_is_checked(tmp_path):
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=True)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"],
+                                                graphs=[{"name": "g", "file": "m.onnx", "inputs": {"x": [1, 32, 1]}}])])
+    with pytest.raises(PrepareError, match=r"m/g: inputs.x: shape \[1, 32, 1\] has rank 3"):
+        _prepare(matrix, tmp_path / "c1")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"],
+                                                graphs=[{"name": "g", "file": "m.onnx", "inputs": {"x": [1, 31]}}])])
+    with pytest.raises(PrepareError, match=r"fixes this dimension to 32"):
+        _prepare(matrix, tmp_path / "c2")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"],
+                                                graphs=[{"name": "g", "file": "m.onnx", "inputs": {"nope": [1]}}])])
+    with pytest.raises(PrepareError, match=r"the graph has no input 'nope'.*inputs: x"):
+        _prepare(matrix, tmp_path / "c3")
+
+
+def test_prepare_is_done_once(tmp_path):
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"])])
+    (a,) = _prepare(matrix, tmp_path / "c")
+    stamp = a.path.stat().st_mtime_ns
+    (b,) = _prepare(matrix, tmp_path / "c")
+    assert b.sha256 == a.sha256 and b.path.stat().st_mtime_ns == stamp
+
+
+def test_demo_vad_prepares_against_the_published_graph(cache_dir):
+    """The published silero-vad graph, fetched from its pinned wheel and checked against its sha256."""
+    loaded = load_matrix()
+    model = loaded.matrix.model("silero-vad")
+    store = SourceStore(cache_dir, loaded.root)
+    src = store.materialize(model, cache_dir / "src" / "silero-vad")
+    p = prepare(model, model.graphs[0], src, cache_dir / "prepared", "demo")
+    assert [(i.name, i.shape) for i in p.inputs] == [("input", [1, 576]), ("state", [2, 1, 128])]
+    assert p.parity["cosine"] > 0.9999 and p.parity["nan_count"] == 0
+    assert sys.modules.get("onnxsim") is not None
