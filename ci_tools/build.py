@@ -30,7 +30,7 @@ from .progress import Progress
 from .quantize import calibration_hash, load_calibration
 from .report import table, write_json
 from .sources import SourceStore, default_cache, sha256_file
-from .target_job import COMPILE_VERSION, TargetSpec, run_target
+from .target_job import COMPILE_VERSION, TargetSpec, copy_atomic, put_in_store, run_target
 
 REPORT = "build-report.json"
 
@@ -58,16 +58,28 @@ def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def _cached(out: Path, t: Target, key: str) -> dict | None:
-    meta = out / t.id / "target.json"
+def _finished(folder: Path, key: str) -> dict | None:
     try:
-        record = json.loads(meta.read_text())
+        record = json.loads((folder / "target.json").read_text())
     except (OSError, ValueError):
         return None
     if record.get("key") != key or record.get("status") != "ok":
         return None
-    if not all((out / t.id / f["name"]).is_file() for f in record.get("files", [])):
+    if not all((folder / f["name"]).is_file() for f in record.get("files", [])):
         return None
+    return record
+
+
+def _cached(out: Path, store: Path, t: Target, key: str) -> dict | None:
+    """The target as already built, in ``out`` or in the content-addressed store (then copied to ``out``)."""
+    record = _finished(out / t.id, key)
+    if record is None:
+        record = _finished(store / key, key)
+        if record is None:
+            return None
+        copy_atomic(store / key, out / t.id)
+    else:
+        put_in_store(out / t.id, store / key)
     return {**record, "status": "cached"}
 
 
@@ -159,14 +171,14 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
                 records[t.id] = _failed(t, e)
                 progress.finished(records[t.id])
                 continue
-            hit = None if force else _cached(out, t, key)
+            hit = None if force else _cached(out, cache / "targets", t, key)
             if hit is not None:
                 records[t.id] = hit
                 progress.finished(hit)
                 continue
             specs.append(TargetSpec(
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
-                prepared=prep, backend=backend, key=key, out=out, seed=m.calibration.seed,
+                prepared=prep, backend=backend, key=key, out=out, store=cache / "targets", seed=m.calibration.seed,
                 verify_samples=samples[:4] if samples else None, calibration=samples, calibration_hash=chash,
                 precompiled=precompiled))
 

@@ -69,22 +69,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .matrix import SCHEMA_FILE, json_schema
+    from . import matrix, metadata
     from .report import write_atomic
 
-    text = json_schema()
+    schemas = [(matrix.SCHEMA_FILE, matrix.json_schema()), (metadata.SCHEMA_FILE, metadata.json_schema())]
     if args.check:
-        current = SCHEMA_FILE.read_text() if SCHEMA_FILE.exists() else ""
-        if current != text:
-            print(f"{SCHEMA_FILE} is stale: run `qnn-release schema --write`", file=sys.stderr)
+        stale = [str(f) for f, text in schemas if not f.exists() or f.read_text() != text]
+        if stale:
+            print(f"stale: {', '.join(stale)}: run `qnn-release schema --write`", file=sys.stderr)
             return 1
-        print(f"{SCHEMA_FILE} is up to date")
+        print("schemas are up to date")
         return 0
     if args.write:
-        write_atomic(SCHEMA_FILE, text)
-        print(f"wrote {SCHEMA_FILE}")
+        for f, text in schemas:
+            write_atomic(f, text)
+            print(f"wrote {f}")
         return 0
-    sys.stdout.write(text)
+    sys.stdout.write(schemas[0][1])
     return 0
 
 
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("schema", help="print, write or check matrix/models.schema.json")
+    p = sub.add_parser("schema", help="print, write or check the JSON Schemas (matrix, archive metadata)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true")
     g.add_argument("--check", action="store_true")

@@ -24,12 +24,32 @@ def cmd_build(args: argparse.Namespace) -> int:
                    backend=args.backend, jobs=args.jobs, force=args.force,
                    cache=args.cache, progress=Progress(total))
     print(summary(report))
+    if args.package and not report.failed:
+        cmd_package(args)
     if report.failed:
         codes = {r.get("exit_code") for r in report.failed}
         raise BuildFailed(f"{len(report.failed)} of {len(report.records)} targets failed"
                           + (f" (exit codes {sorted(c for c in codes if c)})" if codes else ""),
                           hint=f"details per target in {report.path}")
     return 0
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    from .package import package
+
+    result = package(args.out, tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous, matrix=args.matrix)
+    for a in result.assets:
+        print(f"{a['sha256'][:12]}  {a['size'] / 1e6:8.2f} MB  {a['name']}")
+    print(f"\n{len(result.assets)} assets, manifest.json and SHA256SUMS in {result.release}"
+          + (f"; release notes {result.notes}" if result.notes else ""))
+    return 0
+
+
+def _package_args(p) -> None:
+    p.add_argument("--tag", help="release tag: also writes release_notes/<tag>.md")
+    p.add_argument("--qnn-sdk", type=Path, default=os.environ.get("QNN_SDK_ROOT") or None,
+                   help="QAIRT SDK tree for qnn-libs-<version>.tar.bz2 (default: $QNN_SDK_ROOT)")
+    p.add_argument("--previous", type=Path, help="the previous release's manifest.json, for the changes")
 
 
 def register(sub, matrix_arg) -> None:
@@ -44,4 +64,12 @@ def register(sub, matrix_arg) -> None:
     p.add_argument("--out", type=Path, default=Path("dist"))
     p.add_argument("--cache", type=Path, default=None, help="sources, prepared graphs (default ~/.cache/qnn-release)")
     p.add_argument("--force", action="store_true", help="rebuild targets even when cached")
+    p.add_argument("--package", action="store_true", help="package the release when every target is ok")
+    _package_args(p)
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("package", help="archives per chip, qnn-libs, manifest.json, SHA256SUMS, release notes")
+    matrix_arg(p)
+    p.add_argument("--out", type=Path, default=Path("dist"), help="the build folder (with build-report.json)")
+    _package_args(p)
+    p.set_defaults(func=cmd_package)

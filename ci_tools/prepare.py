@@ -54,7 +54,11 @@ class Prepared:
 
     @classmethod
     def load(cls, path: Path) -> Prepared:
-        d = json.loads(path.read_text())
+        return cls.load_dict(json.loads(path.read_text()))
+
+    @classmethod
+    def load_dict(cls, d: dict) -> Prepared:
+        d = dict(d)
         d["path"] = Path(d["path"])
         d["inputs"] = [TensorInfo(**t) for t in d["inputs"]]
         d["outputs"] = [TensorInfo(**t) for t in d["outputs"]]

@@ -37,11 +37,41 @@ class TargetSpec:
     backend: str
     key: str
     out: Path
+    store: Path  # content-addressed store of finished targets: <store>/<key>/
     seed: int
     verify_samples: list[dict[str, np.ndarray]] | None
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
     precompiled: Path | None
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def copy_atomic(src: Path, dest: Path) -> None:
+    """Copy a finished target folder to ``dest`` so that ``dest`` appears whole (hard links when possible)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.replace(dest, old)
+            os.replace(tmp / "t", dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp / "t", dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def put_in_store(final: Path, entry: Path) -> None:
+    if not (entry / "target.json").exists():
+        copy_atomic(final, entry)
 
 
 def run_target(spec: TargetSpec) -> dict:
@@ -85,6 +115,9 @@ def run_target(spec: TargetSpec) -> dict:
                            "thresholds": v.thresholds, "emulator_seconds": round(emu_seconds, 4),
                            "emulator_seconds_total": round(emu_seconds * len(feeds), 4),
                            "verify_samples": v.samples})
+        from datetime import datetime, timezone
+
+        record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         record["status"] = "ok"
         record["seconds"] = round(time.monotonic() - start, 3)
         write_json(tmp / "target.json", record)
@@ -97,6 +130,7 @@ def run_target(spec: TargetSpec) -> dict:
         else:
             os.replace(tmp, final)
         tmp = None
+        put_in_store(final, spec.store / spec.key)
     except QnnReleaseError as e:
         record.update({"status": "failed", "error": str(e), "exit_code": e.exit_code})
     except Exception as e:  # a bug or an unexpected library error: keep it on one target

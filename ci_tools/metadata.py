@@ -1,0 +1,101 @@
+"""``metadata.json``: what an archive holds and how it was made. Versioned, with a committed JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .paths import REPO_ROOT
+
+SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "metadata.schema.json"
+METADATA_VERSION = 1
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tensor(_M):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class ChipInfo(_M):
+    name: str
+    marketing: str
+    soc_model: int
+    htp_arch: str = Field(pattern=r"^v\d+$")
+    vtcm_mb: int | None
+    aliases: list[str]
+
+
+class SdkInfo(_M):
+    route: Literal["ort", "qairt"]
+    qnn_version: str = Field(description="QNN/QAIRT version with build id, as the binary records it")
+    tool: str = Field(description="the toolchain package, e.g. onnxruntime-qnn 2.7.0 or QAIRT 2.40.0.251030")
+
+
+class ModelInfo(_M):
+    name: str
+    description: str
+    license: str
+    source_kind: Literal["hf", "url", "path", "pip"]
+    repo: str | None = Field(description="HF repo, PyPI package, URL or repo path")
+    revision: str | None = Field(description="commit / package version the source is pinned to")
+    source_sha256: dict[str, str]
+
+
+class GraphInfo(_M):
+    name: str
+    prepared_sha256: str
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    context_onnx: str
+    binary: str
+    size: int
+    sha256: str
+
+
+class Quantization(_M):
+    precision: Literal["fp16", "w8a16", "int8"]
+    activation_bits: int
+    weight_bits: int
+    calibration_sha256: str | None
+
+
+class Parity(_M):
+    cosine: float
+    max_abs: float
+    snr_db: float
+    nan_count: int
+
+
+class GraphNumbers(_M):
+    compile_seconds: float
+    parity_vs_cpu: Parity | None
+    emulator_latency_ms: float | None = Field(description="on the x86-64 HTP EMULATOR, not a device")
+
+
+class Metadata(_M):
+    metadata_version: Literal[1]
+    toolkit: str
+    toolkit_commit: str | None = Field(description="git commit of the repository that built it")
+    created: str
+    chip: ChipInfo
+    sdk: SdkInfo
+    model: ModelInfo
+    graphs: list[GraphInfo] = Field(min_length=1)
+    quantization: Quantization
+    numbers: dict[str, GraphNumbers] = Field(description="per graph")
+    on_device: dict[str, dict] = Field(default={}, description="numbers measured on a device, when supplied")
+    runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
+
+
+def json_schema() -> str:
+    schema = Metadata.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "qnn-release archive metadata.json"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

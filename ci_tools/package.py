@@ -1,0 +1,288 @@
+"""``qnn-release package``: per-chip archives, qnn-libs, manifest, SHA256SUMS and release notes.
+
+Reads ``dist/build-report.json``; writes ``dist/release/`` (the assets to publish) atomically.
+A consistency gate refuses a release whose binaries were compiled with another SDK version
+than the qnn-libs shipped beside them, or for another chip than their name says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__, qnn_ep
+from .archive import make_tar_bz2
+from .errors import PackageError
+from .matrix import HfSource, LoadedMatrix, Model, PathSource, PipSource, UrlSource, load_matrix
+from .metadata import METADATA_VERSION, Metadata
+from .prepare import Prepared, generate_inputs, run_cpu
+from .qnn_libs import build_qnn_libs
+from .qnn_libs import sdk_version as libs_version
+from .quantize import BITS
+from .report import write_atomic, write_json
+from .sources import sha256_file
+from .templating import render
+
+RELEASE_DIR = "release"
+
+
+@dataclass
+class PackageResult:
+    release: Path
+    assets: list[dict]
+    notes: Path | None
+
+
+def compiled_for(ctx: Path) -> dict:
+    """What a stub says its binary was compiled for: route, SDK version, HTP arch, soc_model."""
+    import onnx
+
+    m = onnx.load(str(ctx), load_external_data=False)
+    props = {p.key: p.value for p in m.metadata_props}
+    sdk = next((a.s.decode() for n in m.graph.node if n.op_type == "EPContext"
+                for a in n.attribute if a.name == "ep_sdk_version"), "")
+    if qnn_ep.COMPAT_KEY in props:
+        info = qnn_ep.read_compat(ctx)
+        return {"route": "ort", "sdk": (info.sdk_version or info.qnn_version).lstrip("v"),
+                "htp_arch": info.htp_arch, "soc_model": info.soc_model}
+    if "qnn_release.route" in props:
+        return {"route": props["qnn_release.route"], "sdk": sdk.lstrip("v"),
+                "htp_arch": int(props["qnn_release.htp_arch"]), "soc_model": int(props["qnn_release.soc_model"])}
+    raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")
+
+
+def _git_commit() -> str | None:
+    from .paths import REPO_ROOT
+
+    try:
+        r = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _source_info(model: Model, prepared: list[Prepared]) -> dict:
+    src = model.source
+    if isinstance(src, HfSource):
+        repo, rev = src.repo, src.revision
+    elif isinstance(src, PipSource):
+        repo, rev = src.package.split("==")
+    elif isinstance(src, UrlSource):
+        repo, rev = src.url, None
+    else:
+        assert isinstance(src, PathSource)
+        repo, rev = src.path, _git_commit()
+    return {"name": model.name, "description": model.description, "license": model.license,
+            "source_kind": src.kind, "repo": repo, "revision": rev,
+            "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
+
+
+def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, bytes]]:
+    import io
+
+    feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7)
+    (expected,) = run_cpu(prep.path, feeds)
+    members = []
+    for kind, names, arrays in (("inputs", [t.name for t in prep.inputs], [feeds[0][t.name] for t in prep.inputs]),
+                                ("outputs", [t.name for t in prep.outputs], expected)):
+        for name, arr in zip(names, arrays):
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(arr), allow_pickle=False)
+            safe = name.replace("/", "_")
+            members.append((f"{top}/sample/{prep.graph}/{kind}/{safe}.npy", buf.getvalue()))
+    return members
+
+
+def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
+            matrix: Path | None = None, notes_dir: Path | None = None) -> PackageResult:
+    report_path = out / "build-report.json"
+    try:
+        report = json.loads(report_path.read_text())
+    except FileNotFoundError:
+        raise PackageError(f"{report_path}: no build report", hint="run `qnn-release build` first") from None
+    except ValueError as e:
+        raise PackageError(f"{report_path}: not valid JSON: {e}") from None
+    loaded: LoadedMatrix = load_matrix(matrix or report["matrix"])
+    prepared = {(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.get("prepared", [])}
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for r in report["targets"]:
+        groups.setdefault((r["model"], r["soc"], r["precision"]), []).append(r)
+
+    complete, skipped = {}, []
+    for key, records in sorted(groups.items()):
+        model = loaded.matrix.model(key[0])
+        ok = [r for r in records if r["status"] in ("ok", "cached")]
+        if len(ok) != len(model.graphs):
+            skipped.append(f"{key[0]}/{key[1]}/{key[2]} ({len(ok)} of {len(model.graphs)} graphs built)")
+            continue
+        complete[key] = ok
+    if not complete:
+        raise PackageError(f"{report_path}: no model has every graph built for any chip",
+                           hint="fix the failed targets and build again")
+
+    # the consistency gate: compiled SDK and chip, read back from every binary's stub
+    offenders, sdks, archs = [], set(), set()
+    for (_, soc_name, _), records in complete.items():
+        soc = loaded.catalog.get(soc_name)
+        archs.add(soc.htp_arch)
+        for r in records:
+            folder = out / r["id"]
+            try:
+                target = json.loads((folder / "target.json").read_text())
+            except (OSError, ValueError):
+                offenders.append(f"{r['id']}: no finished build in {folder}")
+                continue
+            if target.get("key") != r.get("key"):
+                offenders.append(f"{r['id']}: {folder} holds another build than the report")
+                continue
+            got = compiled_for(folder / target["context_onnx"])
+            sdks.add(got["sdk"])
+            r["_sdk"] = got["sdk"]
+            if (got["htp_arch"], got["soc_model"]) != (soc.htp_arch, soc.soc_model):
+                offenders.append(f"{r['id']}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
+                                 f"not {soc.name} ({soc.arch}/{soc.soc_model})")
+    libs_ver = libs_version(qnn_sdk) if qnn_sdk else None
+    for records in complete.values():
+        for r in records:
+            sdk = r.get("_sdk")
+            if sdk is None:
+                continue
+            if libs_ver and not sdk.startswith(libs_ver) and not libs_ver.startswith(sdk):
+                offenders.append(f"{r['id']}: compiled with QNN {sdk}, the release ships qnn-libs-{libs_ver}")
+    if not libs_ver and len(sdks) > 1:
+        offenders.append(f"binaries of several SDK versions in one release: {', '.join(sorted(sdks))}")
+    if offenders:
+        raise PackageError(f"release refused, {len(offenders)} inconsistent binaries: " + "; ".join(offenders),
+                           hint="rebuild them with one SDK version (and ship that version's qnn-libs)")
+
+    release = out / RELEASE_DIR
+    tmp = Path(tempfile.mkdtemp(prefix=".release.", dir=out))
+    try:
+        assets = []
+        libs_name = None
+        if qnn_sdk:
+            libs, inc = build_qnn_libs(qnn_sdk, sorted(archs), tmp)
+            libs_name = libs.name
+            for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include")):
+                assets.append({"name": path.name, "kind": kind, "sdk_version": libs_ver, "htp_archs":
+                               [f"v{a}" for a in sorted(archs)]})
+        for (model_name, soc_name, precision), records in sorted(complete.items()):
+            model, soc = loaded.matrix.model(model_name), loaded.catalog.get(soc_name)
+            sdk = records[0]["_sdk"]
+            stem = f"{model_name}-{soc_name.lower()}-{precision}-qnn{sdk}"
+            members: list[tuple[str, Path | bytes]] = []
+            graphs, numbers, preps = [], {}, []
+            by_graph = {r["graph"]: r for r in records}
+            for g in model.graphs:
+                r = by_graph[g.name]
+                target = json.loads((out / r["id"] / "target.json").read_text())
+                prep = prepared.get((model_name, g.name))
+                if prep is None or not prep.path.is_file():
+                    raise PackageError(f"{r['id']}: the prepared graph is gone from the cache",
+                                       hint="run `qnn-release build` again (nothing recompiles)")
+                preps.append(prep)
+                binary = out / r["id"] / target["binaries"][0]
+                members += [(f"{stem}/{target['context_onnx']}", out / r["id"] / target["context_onnx"]),
+                            (f"{stem}/{binary.name}", binary)]
+                members += _sample_members(stem, prep, model.calibration.seed)
+                graphs.append({"name": g.name, "prepared_sha256": prep.sha256,
+                               "inputs": [t.__dict__ for t in prep.inputs],
+                               "outputs": [t.__dict__ for t in prep.outputs],
+                               "context_onnx": target["context_onnx"], "binary": binary.name,
+                               "size": binary.stat().st_size, "sha256": sha256_file(binary)})
+                emu = target.get("emulator_seconds")
+                numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
+                                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None}
+            names = {m[0] for m in members}
+            if len(names) != len(members):
+                raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
+            act, weight = BITS[precision]
+            meta = Metadata.model_validate({
+                "metadata_version": METADATA_VERSION, "toolkit": f"qnn-release {__version__}",
+                "toolkit_commit": _git_commit(), "created": max(r.get("created", "") for r in records) or None,
+                "chip": {"name": soc.name, "marketing": soc.marketing, "soc_model": soc.soc_model,
+                         "htp_arch": soc.arch, "vtcm_mb": soc.vtcm_mb, "aliases": soc.aliases},
+                "sdk": {"route": records[0]["backend"], "qnn_version": sdk, "tool": report["sdk_version"]},
+                "model": _source_info(model, preps), "graphs": graphs,
+                "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
+                                 "calibration_sha256": records[0].get("calibration_sha256")},
+                "numbers": numbers, "runtime_libs": libs_name,
+            })
+            meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+            members += [(f"{stem}/metadata.json", meta_json.encode()),
+                        (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta).encode()),
+                        (f"{stem}/LICENSE", f"SPDX-License-Identifier: {model.license}\n\n{model.name}: "
+                                            f"{model.description}\nSource: {meta.model.repo}"
+                                            f"{'@' + meta.model.revision if meta.model.revision else ''}\n".encode())]
+            archive = make_tar_bz2(tmp / f"{stem}.tar.bz2", members)
+            assets.append({"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
+                           "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
+                           "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
+                           "graphs": [g["name"] for g in graphs], "qnn_libs": libs_name,
+                           "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
+                           "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)})
+        for a in assets:
+            path = tmp / a["name"]
+            a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
+        manifest = {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}",
+                    "sdk_versions": sorted({a["sdk_version"] for a in assets}),
+                    "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
+        notes_path = None
+        if tag:
+            notes_dir = notes_dir or loaded.root / "release_notes"
+            prev = previous or _previous_manifest(notes_dir, tag)
+            notes = render("release_notes.md.j2", tag=tag, manifest=manifest,
+                           changes=_changes(manifest, prev), previous=prev)
+            write_atomic(tmp / "RELEASE_NOTES.md", notes)
+            notes_path = notes_dir / f"{tag}.md"
+        write_json(tmp / "manifest.json", manifest)
+        sums = "".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"])
+        write_atomic(tmp / "SHA256SUMS", sums)
+        if release.exists():
+            old = out / f".release.old-{os.getpid()}"
+            os.replace(release, old)
+            os.replace(tmp, release)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, release)
+        tmp = None
+        if notes_path is not None:
+            write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())
+            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest)
+        return PackageResult(release=release, assets=manifest["assets"], notes=notes_path)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:
+    candidates = sorted((p for p in notes_dir.glob("*.manifest.json") if p.name != f"{tag}.manifest.json"),
+                        key=lambda p: p.stat().st_mtime)
+    return candidates[-1] if candidates else None
+
+
+def _changes(manifest: dict, previous: Path | None) -> dict:
+    if previous is None:
+        return {"added": [], "removed": [], "rebuilt": [], "first": True}
+    try:
+        old = {a["name"]: a for a in json.loads(Path(previous).read_text())["assets"] if a["kind"] == "model"}
+    except (OSError, ValueError, KeyError) as e:
+        raise PackageError(f"{previous}: cannot read the previous manifest: {e}") from None
+
+    def ident(a):
+        return (a["model"], a["soc"], a["precision"])
+
+    old_by, new_by = ({ident(a): a for a in old.values()},
+                      {ident(a): a for a in manifest["assets"] if a["kind"] == "model"})
+    return {"added": sorted("/".join(k) for k in new_by.keys() - old_by.keys()),
+            "removed": sorted("/".join(k) for k in old_by.keys() - new_by.keys()),
+            "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys()
+                              if new_by[k]["sha256"] != old_by[k]["sha256"]),
+            "first": False}

@@ -1,0 +1,143 @@
+"""Packaging real builds: archives, metadata schema, qnn-libs, the consistency gate, manifest, notes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+
+import jsonschema
+import pytest
+
+from ci_tools import qnn_ep
+from ci_tools.metadata import SCHEMA_FILE
+from ci_tools.sources import sha256_file
+from tests import models
+from tests.conftest import path_model, run_cli, write_matrix
+from tests.fake_qairt import make_fake_sdk
+
+pytest.importorskip("onnxruntime_qnn")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One real build (two models, two chips, fp16 + w8a16) shared by the packaging tests."""
+    repo = tmp_path_factory.mktemp("repo")
+    (repo / "models").mkdir()
+    a = models.mlp(repo / "models" / "a.onnx", dynamic_batch=False)
+    b = models.mlp(repo / "models" / "b.onnx", dynamic_batch=False, seed=3)
+    matrix = write_matrix(repo, [path_model(repo, "alpha", a, chips=["SM8750", "SM8550"], precisions=["fp16", "w8a16"]),
+                                 path_model(repo, "beta", b, chips=["SM8750"])])
+    out, cache = repo / "dist", repo / "cache"
+    env = {**os.environ, "QNN_RELEASE_CACHE": str(cache)}
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "-j", "2", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {"repo": repo, "matrix": matrix, "out": out, "env": env}
+
+
+def _package(built, *args, out=None):
+    return run_cli("package", "--matrix", str(built["matrix"]), "--out", str(out or built["out"]), *args,
+                   env={k: v for k, v in built["env"].items() if k != "QNN_SDK_ROOT"})
+
+
+def test_package_archives_extract_validate_and_match_manifest(built, tmp_path):
+    ort_qnn = qnn_ep.qnn_version()
+    sdk_version = json.loads((built["out"] / "build-report.json").read_text())["targets"][0]["sdk_version"]
+    assert sdk_version.startswith(ort_qnn)
+    sdk = make_fake_sdk(tmp_path / "sdk", version=sdk_version)
+    r = _package(built, "--tag", "v1.0.0", "--qnn-sdk", str(sdk))
+    assert r.returncode == 0, r.stdout + r.stderr
+    release = built["out"] / "release"
+    manifest = json.loads((release / "manifest.json").read_text())
+    names = {a["name"] for a in manifest["assets"]}
+    assert f"alpha-sm8750-fp16-qnn{sdk_version}.tar.bz2" in names
+    assert f"qnn-libs-{sdk_version}.tar.bz2" in names and f"qnn-include-{sdk_version}.tar.bz2" in names
+    assert len([a for a in manifest["assets"] if a["kind"] == "model"]) == 5
+    sums = dict(reversed(line.split("  ")) for line in (release / "SHA256SUMS").read_text().splitlines())
+    schema = json.loads(SCHEMA_FILE.read_text())
+    for a in manifest["assets"]:
+        path = release / a["name"]
+        assert sha256_file(path) == a["sha256"] == sums[a["name"]] and path.stat().st_size == a["size"]
+        dest = tmp_path / "x" / a["name"]
+        dest.mkdir(parents=True)
+        subprocess.run(["tar", "xjf", str(path), "-C", str(dest)], check=True)
+        with tarfile.open(path) as tf:
+            assert sorted(m.name for m in tf.getmembers() if m.isfile()) == \
+                sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+        if a["kind"] != "model":
+            continue
+        (top,) = list(dest.iterdir())
+        meta = json.loads((top / "metadata.json").read_text())
+        jsonschema.validate(meta, schema)
+        assert meta["chip"]["name"] == a["soc"] and meta["sdk"]["qnn_version"] == sdk_version
+        assert meta["quantization"]["precision"] == a["precision"]
+        assert meta["quantization"]["weight_bits"] == (8 if a["precision"] == "w8a16" else 16)
+        assert meta["runtime_libs"] == f"qnn-libs-{sdk_version}.tar.bz2"
+        for g in meta["graphs"]:
+            assert sha256_file(top / g["binary"]) == g["sha256"]
+            info = qnn_ep.read_compat(top / g["context_onnx"])
+            assert f"v{info.htp_arch}" == meta["chip"]["htp_arch"]
+        assert (top / "sample" / "main" / "inputs" / "x.npy").is_file()
+        assert "ADSP_LIBRARY_PATH" in (top / "README.md").read_text() and (top / "LICENSE").read_text()
+    libs = tarfile.open(release / f"qnn-libs-{sdk_version}.tar.bz2").getnames()
+    assert any(n.endswith("lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so") for n in libs)
+    assert any(n.endswith("lib/aarch64-android/libQnnHtpV73Stub.so") for n in libs)
+    assert not any("V81" in n for n in libs)  # only the arches the release targets
+    notes = (built["repo"] / "release_notes" / "v1.0.0.md").read_text()
+    assert "| alpha | SM8750 (v79) | w8a16 |" in notes and "First release" in notes
+
+
+def test_packaging_twice_is_byte_identical_even_from_a_fresh_dist(built, tmp_path):
+    assert _package(built).returncode == 0
+    first = {p.name: sha256_file(p) for p in (built["out"] / "release").glob("*.tar.bz2")}
+    fresh = tmp_path / "dist2"
+    r = run_cli("build", "--matrix", str(built["matrix"]), "--out", str(fresh), env=built["env"])
+    assert r.returncode == 0 and "0 failed" in r.stdout
+    assert {t["status"] for t in json.loads((fresh / "build-report.json").read_text())["targets"]} == {"cached"}
+    assert _package(built, out=fresh).returncode == 0
+    assert {p.name: sha256_file(p) for p in (fresh / "release").glob("*.tar.bz2")} == first
+
+
+def test_gate_refuses_other_sdk_version(built, tmp_path):
+    sdk = make_fake_sdk(tmp_path / "sdk", version="2.40.0.251030")
+    r = _package(built, "--qnn-sdk", str(sdk))
+    assert r.returncode == 9 and "release refused" in r.stderr
+    assert "the release ships qnn-libs-2.40.0.251030" in r.stderr and "alpha.main.sm8750.fp16" in r.stderr
+
+
+def test_gate_refuses_binary_for_another_chip(built, tmp_path):
+    out = tmp_path / "dist"
+    shutil.copytree(built["out"], out)
+    shutil.rmtree(out / "release", ignore_errors=True)
+    good, wrong = out / "alpha.main.sm8750.fp16", out / "alpha.main.sm8550.fp16"
+    for f in ("main_ctx.onnx", "main_ctx_qnn.bin"):
+        shutil.copyfile(wrong / f, good / f)
+    r = _package(built, out=out)
+    assert r.returncode == 9
+    assert "alpha.main.sm8750.fp16: compiled for v73/soc_model 43, not SM8750" in r.stderr
+    assert not (out / "release").exists()
+
+
+def test_missing_runtime_library_is_named(built, tmp_path):
+    version = json.loads((built["out"] / "build-report.json").read_text())["targets"][0]["sdk_version"]
+    sdk = make_fake_sdk(tmp_path / "sdk", version=version, omit=("lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so",))
+    r = _package(built, "--qnn-sdk", str(sdk))
+    assert r.returncode == 9 and "missing lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so" in r.stderr
+
+
+def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
+    assert _package(built).returncode == 0
+    prev = json.loads((built["out"] / "release" / "manifest.json").read_text())
+    prev["assets"] = [a for a in prev["assets"] if a.get("model") != "beta"]
+    prev["assets"].append({**prev["assets"][0], "soc": "SM8650", "name": "alpha-sm8650-fp16-old.tar.bz2"})
+    prev["assets"][0] = {**prev["assets"][0], "sha256": "0" * 64}
+    p = tmp_path / "v0.9.0.manifest.json"
+    p.write_text(json.dumps(prev))
+    r = _package(built, "--tag", "v1.1.0", "--previous", str(p))
+    assert r.returncode == 0, r.stderr
+    notes = (built["repo"] / "release_notes" / "v1.1.0.md").read_text()
+    assert "- added: beta/SM8750/fp16" in notes
+    assert "- removed: alpha/SM8650/fp16" in notes
+    assert "- rebuilt: alpha/SM8550/fp16" in notes
