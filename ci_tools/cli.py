@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import cli_build
 
     cli_build.register(sub, _matrix_arg)
+    from . import cli_release
+
+    cli_release.register(sub)
     return parser
 
 

@@ -141,3 +141,19 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
     assert "- added: beta/SM8750/fp16" in notes
     assert "- removed: alpha/SM8650/fp16" in notes
     assert "- rebuilt: alpha/SM8550/fp16" in notes
+
+
+def test_build_package_publish_fetch_round_trip(built, tmp_path):
+    from ci_tools.fetch import fetch_model
+    from ci_tools.publish import publish
+    from tests.fake_github import FakeGitHub
+
+    assert _package(built, "--tag", "v2.0.0").returncode == 0
+    with FakeGitHub() as gh:
+        publish(built["out"], "acme/models", "v2.0.0", token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+        res = fetch_model("acme/models@v2.0.0", "alpha", soc="SM8750-AC", precision="w8a16",
+                          dest=tmp_path / "app", api_url=gh.url)
+    meta = json.loads((tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / "metadata.json").read_text())
+    assert meta["chip"]["name"] == "SM8750" and meta["quantization"]["precision"] == "w8a16"
+    ctx = tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / meta["graphs"][0]["context_onnx"]
+    assert qnn_ep.read_compat(ctx).htp_arch == 79

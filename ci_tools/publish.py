@@ -1,0 +1,173 @@
+"""``qnn-release publish``: upload a packaged release to GitHub, never half-published.
+
+The release is a DRAFT until every asset is present with the manifest's sha256; the archives
+go first, ``manifest.json``, ``SHA256SUMS`` and the notes last, then it is published. Runs are
+idempotent: an asset already there with the same digest is skipped, a different one is refused
+unless ``--replace``. Several publishers racing on one tag converge on the oldest draft.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import PublishError
+from .github import GitHub
+from .sources import sha256_file
+
+MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
+LAST = ("SHA256SUMS", "manifest.json")  # what download clients read: only once everything else is there
+
+
+@dataclass
+class Plan:
+    tag: str
+    release: str = ""
+    actions: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.actions.append(text)
+
+
+def release_dir(path: Path) -> Path:
+    for p in (path, path / "release"):
+        if (p / "manifest.json").is_file():
+            return p
+    raise PublishError(f"{path}: no manifest.json here or in {path / 'release'}",
+                       hint="run `qnn-release package` first")
+
+
+def local_assets(folder: Path) -> tuple[dict, list[tuple[str, Path, str, str]]]:
+    """(manifest, [(name, path, sha256, content type)]) in upload order, every file checked."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    files: list[tuple[str, Path, str, str]] = []
+    for a in manifest["assets"]:
+        path = folder / a["name"]
+        if not path.is_file():
+            raise PublishError(f"{path}: listed in manifest.json but missing")
+        digest = sha256_file(path)
+        if digest != a["sha256"]:
+            raise PublishError(f"{path}: sha256 {digest[:12]}... does not match the manifest's {a['sha256'][:12]}...",
+                               hint="package again; never edit a packaged release")
+        if path.stat().st_size >= MAX_ASSET:
+            raise PublishError(f"{path}: {path.stat().st_size} bytes; GitHub assets must be under 2 GiB",
+                               hint="split the model into several graphs or quantize its weights")
+        files.append((a["name"], path, digest, "application/x-bzip2"))
+    if (folder / "RELEASE_NOTES.md").is_file():
+        files.append(("RELEASE_NOTES.md", folder / "RELEASE_NOTES.md", sha256_file(folder / "RELEASE_NOTES.md"),
+                      "text/markdown"))
+    for name in LAST:
+        files.append((name, folder / name, sha256_file(folder / name),
+                      "application/json" if name.endswith(".json") else "text/plain"))
+    return manifest, files
+
+
+def _digest(gh: GitHub, asset: dict) -> str:
+    d = asset.get("digest") or ""
+    if d.startswith("sha256:"):
+        return d.split(":", 1)[1]
+    # older servers have no digest field: hash the stored bytes
+    r = gh.request("GET", asset["url"], headers={"Accept": "application/octet-stream"}, stream=True)
+    if r.status_code != 200:
+        raise gh.fail(r, f"download asset {asset['name']}")
+    h = hashlib.sha256()
+    for chunk in r.iter_content(1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _find_release(gh: GitHub, tag: str, plan: Plan, dry_run: bool, body: str) -> dict | None:
+    published = gh.release_by_tag(tag)
+    if published is not None:
+        plan.release = f"published release {published['id']}"
+        return published
+    drafts = gh.drafts_for(tag)
+    if drafts:
+        plan.release = f"draft release {drafts[0]['id']}"
+        return drafts[0]
+    plan.add(f"create draft release for {tag}")
+    if dry_run:
+        return None
+    mine = gh.create_draft(tag, tag, body)
+    # another publisher may have created one at the same moment: everybody keeps the oldest
+    drafts = gh.drafts_for(tag)
+    keep = drafts[0] if drafts else mine
+    if keep["id"] != mine["id"]:
+        gh.delete_release(mine["id"])
+    plan.release = f"draft release {keep['id']}"
+    return keep
+
+
+def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool = False, replace: bool = False,
+            api_url: str | None = None, sleep=None, log=lambda s: None) -> Plan:
+    folder = release_dir(path)
+    manifest, files = local_assets(folder)
+    if manifest.get("tag") not in (None, tag):
+        raise PublishError(f"{folder}/manifest.json was packaged for {manifest['tag']}, not {tag}",
+                           hint="package again with --tag " + tag)
+    if not token and not dry_run:
+        raise PublishError("no GitHub token", hint="set GITHUB_TOKEN or GH_TOKEN (contents: write)")
+    gh = GitHub(repo, token=token, api_url=api_url, **({"sleep": sleep} if sleep else {}))
+    body = (folder / "RELEASE_NOTES.md").read_text() if (folder / "RELEASE_NOTES.md").is_file() else ""
+    plan = Plan(tag=tag)
+    release = _find_release(gh, tag, plan, dry_run, body)
+    existing = {a["name"]: a for a in gh.assets(release["id"])} if release else {}
+    for name, local, digest, ctype in files:
+        if name in existing:
+            if _digest(gh, existing[name]) == digest:
+                plan.add(f"skip {name} (already there, same sha256)")
+                continue
+            if not replace:
+                raise PublishError(f"{repo}@{tag}: asset {name} is already published with other content",
+                                   hint="a published asset is never silently overwritten: pass --replace")
+            plan.add(f"replace {name} ({local.stat().st_size} bytes)")
+            if not dry_run:
+                _replace(gh, release, existing[name], name, local, digest, ctype)
+            continue
+        plan.add(f"upload {name} ({local.stat().st_size} bytes)")
+        if not dry_run:
+            _upload(gh, release, name, local, digest, ctype)
+        log(f"{'would ' if dry_run else ''}upload {name}")
+    if release is None or release.get("draft", True):
+        plan.add(f"publish {tag} (leave draft) once all {len(files)} assets are verified")
+        if not dry_run:
+            _check_complete(gh, release, files)
+            gh.update_release(release["id"], draft=False, body=body, name=tag)
+    return plan
+
+
+def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype: str) -> dict:
+    r = gh.upload(release, name, path, ctype)
+    if r.status_code == 201:
+        asset = r.json()
+        if asset.get("digest") and asset["digest"] != f"sha256:{digest}":
+            raise PublishError(f"{name}: GitHub stored a different sha256 ({asset['digest']})")
+        return asset
+    # 422: a name clash; a retried upload whose first attempt was stored before the connection dropped
+    stored = next((a for a in gh.assets(release["id"]) if a["name"] == name), None)
+    if stored is not None and _digest(gh, stored) == digest:
+        return stored
+    raise gh.fail(r, f"upload {name}")
+
+
+def _replace(gh: GitHub, release: dict, old: dict, name: str, path: Path, digest: str, ctype: str) -> None:
+    """New version first under a temporary name, then swap names: one version is always there."""
+    tmp_name = f"{name}.new-{digest[:8]}"
+    stale = next((a for a in gh.assets(release["id"]) if a["name"] == tmp_name), None)
+    if stale is not None:
+        gh.delete_asset(stale["id"])
+    new = _upload(gh, release, tmp_name, path, digest, ctype)
+    gh.rename_asset(old["id"], f"{name}.old-{old['id']}")
+    gh.rename_asset(new["id"], name)
+    gh.delete_asset(old["id"])
+
+
+def _check_complete(gh: GitHub, release: dict, files: list[tuple[str, Path, str, str]]) -> None:
+    remote = {a["name"]: a for a in gh.assets(release["id"])}
+    missing = [n for n, _, _, _ in files if n not in remote]
+    wrong = [n for n, _, d, _ in files if n in remote and _digest(gh, remote[n]) != d]
+    if missing or wrong:
+        raise PublishError(f"release {release['id']} stays a draft: missing {missing}, different {wrong}",
+                           hint="run publish again: it resumes")

@@ -1,0 +1,301 @@
+"""A local HTTP server standing in for GitHub's REST API for releases (and release downloads).
+
+It follows the documented contract the client relies on: get a PUBLISHED release by tag (drafts
+are never returned), list releases and assets with ``Link`` pagination, create/update/delete
+releases, upload to the ``upload_url`` template with Content-Type/Content-Length, 422
+``already_exists`` for a duplicate asset name, 422 when a second release of a tag is published,
+asset ``digest: "sha256:..."``, rename/delete assets, ``browser_download_url`` for published
+releases with ``Range``, the asset API URL with ``Accept: application/octet-stream`` answering a
+redirect, and 401 for writes without the token. Faults can be injected per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+
+class State:
+    def __init__(self, token: str, page_size: int):
+        self.token, self.page_size = token, page_size
+        self.lock = threading.RLock()
+        self.releases: dict[int, dict] = {}
+        self.assets: dict[int, dict] = {}  # id -> {release, name, label, data, content_type}
+        self.next_id = 100
+        self.faults: list[dict] = []
+        self.log: list[tuple[str, str, dict]] = []
+        self.create_delay = 0.0
+
+    def new_id(self) -> int:
+        with self.lock:
+            self.next_id += 1
+            return self.next_id
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "FakeGitHub/1"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    @property
+    def st(self) -> State:
+        return self.server.state  # type: ignore[attr-defined]
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _send(self, code: int, body=None, headers: dict | None = None) -> None:
+        data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if body is not None and not isinstance(body, bytes):
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _read_body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _fault(self, path: str) -> dict | None:
+        with self.st.lock:
+            for f in self.st.faults:
+                if f.get("count", 1) > 0 and f["method"] == self.command and re.search(f["path"], path):
+                    f["count"] = f.get("count", 1) - 1
+                    return f
+        return None
+
+    def _authorised(self) -> bool:
+        return self.headers.get("Authorization") == f"Bearer {self.st.token}"
+
+    def _asset_json(self, aid: int) -> dict:
+        a = self.st.assets[aid]
+        rel = self.st.releases[a["release"]]
+        return {"id": aid, "name": a["name"], "label": a["label"], "size": len(a["data"]),
+                "content_type": a["content_type"], "state": "uploaded",
+                "digest": "sha256:" + hashlib.sha256(a["data"]).hexdigest(),
+                "url": f"{self.base}/repos/{rel['repo']}/releases/assets/{aid}",
+                "browser_download_url": f"{self.base}/{rel['repo']}/releases/download/{rel['tag_name']}/{a['name']}"}
+
+    def _release_json(self, rid: int) -> dict:
+        r = self.st.releases[rid]
+        return {"id": rid, "tag_name": r["tag_name"], "name": r["name"], "body": r["body"], "draft": r["draft"],
+                "url": f"{self.base}/repos/{r['repo']}/releases/{rid}",
+                "assets_url": f"{self.base}/repos/{r['repo']}/releases/{rid}/assets",
+                "upload_url": f"{self.base}/uploads/repos/{r['repo']}/releases/{rid}/assets{{?name,label}}",
+                "assets": [self._asset_json(a) for a in sorted(self.st.assets)
+                           if self.st.assets[a]["release"] == rid]}
+
+    def _paginate(self, items: list, query: dict) -> None:
+        per_page = min(int(query.get("per_page", ["30"])[0]), self.st.page_size)
+        page = int(query.get("page", ["1"])[0])
+        chunk = items[(page - 1) * per_page: page * per_page]
+        headers = {}
+        if page * per_page < len(items):
+            path = urlparse(self.path).path
+            headers["Link"] = f'<{self.base}{path}?per_page={per_page}&page={page + 1}>; rel="next"'
+        self._send(200, chunk, headers)
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    def do_GET(self):
+        self._handle()
+
+    def do_POST(self):
+        self._handle()
+
+    def do_PATCH(self):
+        self._handle()
+
+    def do_DELETE(self):
+        self._handle()
+
+    def _handle(self):
+        url = urlparse(self.path)
+        path, query = url.path, parse_qs(url.query)
+        self.st.log.append((self.command, self.path, dict(self.headers)))
+        fault = self._fault(self.path)
+        if fault and fault["action"] in ("500", "502"):
+            self._read_body()
+            return self._send(int(fault["action"]), {"message": "Server Error"})
+        if fault and fault["action"] == "429":
+            self._read_body()
+            return self._send(429, {"message": "rate limited"}, {"retry-after": str(fault.get("after", 1))})
+        if fault and fault["action"] == "403-secondary":
+            self._read_body()
+            return self._send(403, {"message": "You have exceeded a secondary rate limit."}, {"retry-after": "1"})
+        write = self.command in ("POST", "PATCH", "DELETE")
+        if write and not self._authorised():
+            self._read_body()
+            return self._send(401, {"message": "Bad credentials"})
+        st = self.st
+        with st.lock:
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", path)
+            if m and self.command == "GET":
+                for rid, r in sorted(st.releases.items()):
+                    if r["repo"] == m[1] and r["tag_name"] == m[2] and not r["draft"]:
+                        return self._send(200, self._release_json(rid))
+                return self._send(404, {"message": "Not Found"})
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases", path)
+            if m and self.command == "GET":
+                items = [self._release_json(rid) for rid in sorted(st.releases, reverse=True)
+                         if st.releases[rid]["repo"] == m[1]]
+                return self._paginate(items, query)
+            if m and self.command == "POST":
+                body = json.loads(self._read_body() or b"{}")
+                time.sleep(st.create_delay)
+                if not body.get("draft") and any(r["tag_name"] == body["tag_name"] and not r["draft"]
+                                                 for r in st.releases.values()):
+                    return self._send(422, {"message": "Validation Failed",
+                                            "errors": [{"resource": "Release", "code": "already_exists"}]})
+                rid = st.new_id()
+                st.releases[rid] = {"repo": m[1], "tag_name": body["tag_name"], "name": body.get("name"),
+                                    "body": body.get("body", ""), "draft": bool(body.get("draft"))}
+                return self._send(201, self._release_json(rid))
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/(\d+)", path)
+            if m:
+                rid = int(m[2])
+                if rid not in st.releases:
+                    self._read_body()
+                    return self._send(404, {"message": "Not Found"})
+                if self.command == "PATCH":
+                    body = json.loads(self._read_body() or b"{}")
+                    r = st.releases[rid]
+                    if body.get("draft") is False and r["draft"] and any(
+                            o["tag_name"] == r["tag_name"] and not o["draft"] for o in st.releases.values()):
+                        return self._send(422, {"message": "Validation Failed",
+                                                "errors": [{"resource": "Release", "code": "already_exists"}]})
+                    r.update({k: v for k, v in body.items() if k in ("draft", "body", "name")})
+                    return self._send(200, self._release_json(rid))
+                if self.command == "DELETE":
+                    del st.releases[rid]
+                    for aid in [a for a, v in st.assets.items() if v["release"] == rid]:
+                        del st.assets[aid]
+                    return self._send(204)
+                return self._send(200, self._release_json(rid))
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/(\d+)/assets", path)
+            if m and self.command == "GET":
+                rid = int(m[2])
+                if rid not in st.releases:
+                    return self._send(404, {"message": "Not Found"})
+                return self._paginate([self._asset_json(a) for a in sorted(st.assets)
+                                       if st.assets[a]["release"] == rid], query)
+            m = re.fullmatch(r"/uploads/repos/([^/]+/[^/]+)/releases/(\d+)/assets", path)
+            if m and self.command == "POST":
+                rid, name = int(m[2]), query.get("name", [""])[0]
+                if "Content-Length" not in self.headers or "Content-Type" not in self.headers:
+                    self._read_body()
+                    return self._send(400, {"message": "Content-Length and Content-Type are required"})
+                data = self._read_body()
+                if rid not in st.releases:
+                    return self._send(404, {"message": "Not Found"})
+                if any(a["release"] == rid and a["name"] == name for a in st.assets.values()):
+                    return self._send(422, {"message": "Validation Failed", "errors": [
+                        {"resource": "ReleaseAsset", "code": "already_exists", "field": "name"}]})
+                aid = st.new_id()
+                st.assets[aid] = {"release": rid, "name": name, "label": query.get("label", [None])[0],
+                                  "data": data, "content_type": self.headers["Content-Type"]}
+                if fault and fault["action"] == "drop-after-store":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return None
+                return self._send(201, self._asset_json(aid))
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/assets/(\d+)", path)
+            if m:
+                aid = int(m[2])
+                if aid not in st.assets:
+                    self._read_body()
+                    return self._send(404, {"message": "Not Found"})
+                if self.command == "PATCH":
+                    body = json.loads(self._read_body() or b"{}")
+                    a = st.assets[aid]
+                    if "name" in body and any(o["release"] == a["release"] and o["name"] == body["name"]
+                                              and oid != aid for oid, o in st.assets.items()):
+                        return self._send(422, {"message": "Validation Failed",
+                                                "errors": [{"code": "already_exists"}]})
+                    a.update({k: v for k, v in body.items() if k in ("name", "label")})
+                    return self._send(200, self._asset_json(aid))
+                if self.command == "DELETE":
+                    del st.assets[aid]
+                    return self._send(204)
+                if self.headers.get("Accept") == "application/octet-stream":
+                    return self._send(302, b"", {"Location": f"{self.base}/_storage/{aid}"})
+                return self._send(200, self._asset_json(aid))
+            m = re.fullmatch(r"/_storage/(\d+)", path)
+            if m and int(m[1]) in st.assets:
+                return self._serve_bytes(st.assets[int(m[1])]["data"], fault)
+            m = re.fullmatch(r"/([^/]+/[^/]+)/releases/download/([^/]+)/([^/]+)", path)
+            if m and self.command == "GET":
+                for a in st.assets.values():
+                    rel = st.releases[a["release"]]
+                    if rel["repo"] == m[1] and rel["tag_name"] == m[2] and a["name"] == m[3] and not rel["draft"]:
+                        return self._serve_bytes(a["data"], fault)
+                return self._send(404, b"Not Found")
+        return self._send(404, {"message": f"no route {self.command} {path}"})
+
+    def _serve_bytes(self, data: bytes, fault: dict | None) -> None:
+        start = 0
+        rng = self.headers.get("Range")
+        if rng:
+            m = re.fullmatch(r"bytes=(\d+)-", rng)
+            start = int(m[1]) if m else 0
+            if start >= len(data):
+                return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+        body = data[start:]
+        if fault and fault["action"] == "corrupt":
+            body = bytes(b ^ 0xFF for b in body[:16]) + body[16:]
+        self.send_response(206 if rng else 200)
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if fault and fault["action"] == "drop-mid-body":
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return None
+        self.wfile.write(body)
+        return None
+
+
+class FakeGitHub:
+    def __init__(self, token: str = "ghp_test_token_0123456789", page_size: int = 2):
+        self.state = State(token, page_size)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.state = self.state  # type: ignore[attr-defined]
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeGitHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def fault(self, method: str, path: str, action: str, count: int = 1, **kw) -> None:
+        self.state.faults.append({"method": method, "path": path, "action": action, "count": count, **kw})
+
+    def releases(self, repo: str, tag: str) -> list[dict]:
+        return [{"id": rid, **r} for rid, r in sorted(self.state.releases.items())
+                if r["repo"] == repo and r["tag_name"] == tag]
+
+    def asset_names(self, release_id: int) -> list[str]:
+        return sorted(a["name"] for a in self.state.assets.values() if a["release"] == release_id)

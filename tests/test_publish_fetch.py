@@ -1,0 +1,225 @@
+"""publish and fetch against a local GitHub-compatible server, with faults injected."""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from ci_tools.errors import NoBuildForChip, PackageError, PublishError
+from ci_tools.fetch import fetch_model
+from ci_tools.publish import publish
+from tests.conftest import run_cli
+from tests.fake_github import FakeGitHub
+from tests.release_fixture import SDK, make_release
+
+REPO, TAG = "acme/models", "v1.0.0"
+
+
+@pytest.fixture
+def gh():
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def release(tmp_path):
+    return make_release(tmp_path / "release", TAG)
+
+
+def _publish(gh, folder, **kw):
+    return publish(folder, REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None, **kw)
+
+
+def _expected_names(folder: Path) -> list[str]:
+    m = json.loads((folder / "manifest.json").read_text())
+    return sorted([a["name"] for a in m["assets"]] + ["manifest.json", "SHA256SUMS", "RELEASE_NOTES.md"])
+
+
+def test_publish_creates_draft_uploads_all_then_publishes(gh, release):
+    _publish(gh, release)
+    (rel,) = gh.releases(REPO, TAG)
+    assert rel["draft"] is False and rel["body"].startswith("# v1.0.0")
+    assert gh.asset_names(rel["id"]) == _expected_names(release)
+    uploads = [p for m, p, _ in gh.state.log if m == "POST" and p.startswith("/uploads/")]
+    assert "manifest.json" in uploads[-1] and "SHA256SUMS" in uploads[-2]  # what clients read goes last
+    patches = [i for i, (m, p, _) in enumerate(gh.state.log) if m == "PATCH" and "/releases/" in p]
+    assert patches and patches[-1] > max(i for i, (m, p, _) in enumerate(gh.state.log) if p.startswith("/uploads/"))
+    for m, _, headers in gh.state.log:
+        if m == "POST" and "Content-Length" in headers:
+            assert headers["Content-Type"]
+
+
+def test_publish_is_idempotent_and_never_overwrites_silently(gh, release, tmp_path):
+    _publish(gh, release)
+    n_uploads = sum(1 for m, p, _ in gh.state.log if p.startswith("/uploads/"))
+    plan = _publish(gh, release)
+    assert sum(1 for m, p, _ in gh.state.log if p.startswith("/uploads/")) == n_uploads
+    assert all(a.startswith("skip") for a in plan.actions)
+    changed = make_release(tmp_path / "changed", TAG, seed=7)
+    with pytest.raises(PublishError, match="already published with other content"):
+        _publish(gh, changed)
+    (rel,) = gh.releases(REPO, TAG)
+    assert len(gh.asset_names(rel["id"])) == len(_expected_names(release))
+
+
+def test_replace_swaps_content_and_keeps_one_version_visible(gh, release, tmp_path):
+    _publish(gh, release)
+    changed = make_release(tmp_path / "changed", TAG, seed=7)
+    _publish(gh, changed, replace=True)
+    (rel,) = gh.releases(REPO, TAG)
+    assert gh.asset_names(rel["id"]) == _expected_names(changed)
+    stored = {a["name"]: a["data"] for a in gh.state.assets.values()}
+    name = next(n for n in stored if n.startswith("vad-sm8750"))
+    assert stored[name] == (changed / name).read_bytes()
+    # the new version was uploaded (under a temporary name) before the old one was touched
+    log = [(m, p) for m, p, _ in gh.state.log if m in ("POST", "PATCH", "DELETE")]
+    first_new = next(i for i, (m, p) in enumerate(log) if m == "POST" and ".new-" in p)
+    first_delete = next(i for i, (m, p) in enumerate(log) if m == "DELETE")
+    assert first_new < first_delete
+
+
+def test_dry_run_changes_nothing(gh, release):
+    plan = publish(release, REPO, TAG, token=None, dry_run=True, api_url=gh.url)
+    assert plan.actions[0] == f"create draft release for {TAG}"
+    assert any(a.startswith("upload manifest.json") for a in plan.actions)
+    assert gh.state.releases == {} and not [m for m, _, _ in gh.state.log if m != "GET"]
+
+
+def test_faults_500_429_secondary_and_dropped_upload(gh, release):
+    gh.fault("POST", r"^/uploads/", "500", count=2)
+    gh.fault("GET", r"/releases/tags/", "429", count=1)
+    gh.fault("POST", r"^/repos/.*/releases$", "403-secondary", count=1)
+    gh.fault("POST", r"^/uploads/", "drop-after-store", count=1)  # stored, but the client never hears so
+    _publish(gh, release)
+    (rel,) = gh.releases(REPO, TAG)
+    assert rel["draft"] is False
+    names = [a["name"] for a in gh.state.assets.values()]
+    assert sorted(names) == _expected_names(release)  # nothing lost, nothing duplicated
+
+
+def test_a_failure_leaves_a_draft_not_a_half_published_release(gh, release):
+    gh.fault("POST", r"manifest\.json", "500", count=100)
+    with pytest.raises(PublishError):
+        _publish(gh, release)
+    (rel,) = gh.releases(REPO, TAG)
+    assert rel["draft"] is True
+    assert gh.asset_names(rel["id"])  # the archives are there, but nobody sees the release
+    with pytest.raises(PublishError, match="no published release"):
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=Path(release) / "x", api_url=gh.url)
+    gh.state.faults.clear()
+    _publish(gh, release)  # the next run resumes and publishes
+    (rel,) = gh.releases(REPO, TAG)
+    assert rel["draft"] is False and gh.asset_names(rel["id"]) == _expected_names(release)
+
+
+def test_two_publishers_racing_on_one_tag(gh, release):
+    gh.state.create_delay = 0.3
+    errors = []
+
+    def run():
+        try:
+            _publish(gh, release)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    rels = gh.releases(REPO, TAG)
+    assert len(rels) == 1 and rels[0]["draft"] is False
+    assert sorted(a["name"] for a in gh.state.assets.values()) == _expected_names(release)
+
+
+def test_fetch_resolves_alias_resumes_and_checks_sha(gh, release, tmp_path):
+    _publish(gh, release)
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "drop-mid-body", count=1)
+    dest = tmp_path / "models"
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="sm8750-ac", dest=dest, api_url=gh.url, sleep=lambda s: None)
+    assert res.soc == "SM8750" and res.archive.startswith("vad-sm8750-fp16")
+    assert (Path(res.path) / "vad_ctx_qnn.bin").read_bytes().endswith(b"SM8750")
+    assert res.qnn_libs == f"qnn-libs-{SDK}.tar.bz2"
+    assert (Path(res.qnn_libs_path) / "lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so").is_file()
+    ranges = [h.get("Range") for m, p, h in gh.state.log if "vad-sm8750" in p]
+    assert any(r and r.startswith("bytes=") and r != "bytes=0-" for r in ranges), "did not resume"
+    gh.fault("GET", r"/releases/download/.*vad-sm8550", "corrupt", count=1)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8550", dest=tmp_path / "m2", api_url=gh.url,
+                      sleep=lambda s: None)
+    assert (Path(res.path) / "vad_ctx_qnn.bin").read_bytes().endswith(b"SM8550")
+
+
+def test_fetch_no_build_for_chip_is_exit_3(gh, release, tmp_path):
+    _publish(gh, release)
+    with pytest.raises(NoBuildForChip, match="no NPU build of vad for SM8650: use the CPU model"):
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8650", dest=tmp_path / "d", api_url=gh.url)
+    env = {**os.environ, "GITHUB_API_URL": gh.url}
+    r = run_cli("fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "MT6989", "--dest",
+                str(tmp_path / "d"), env=env)
+    assert r.returncode == 3 and "no NPU build of vad for MT6989: use the CPU model" in r.stderr
+    r = run_cli("fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "sm8750-ac", "--dest",
+                str(tmp_path / "ok"), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["soc"] == "SM8750"
+
+
+def _evil_tar(path: Path, kind: str) -> None:
+    import io
+
+    with tarfile.open(path, "w:bz2") as tar:
+        def add(name, data=b"x", **attrs):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            for k, v in attrs.items():
+                setattr(info, k, v)
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+        add("vad-sm8750/ok.bin")
+        if kind == "traversal":
+            add("vad-sm8750/../../evil.txt")
+        elif kind == "absolute":
+            add("/tmp/evil-absolute.txt")
+        elif kind == "symlink":
+            add("vad-sm8750/link", b"", type=tarfile.SYMTYPE, linkname="../../../../etc")
+        elif kind == "hardlink":
+            add("vad-sm8750/hard", b"", type=tarfile.LNKTYPE, linkname="../outside.txt")
+
+
+@pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink"])
+def test_fetch_refuses_malicious_archives(gh, tmp_path, kind):
+    folder = make_release(tmp_path / "rel", TAG, socs=("SM8750",))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    model = next(a for a in manifest["assets"] if a["kind"] == "model")
+    _evil_tar(folder / model["name"], kind)
+    from ci_tools.sources import sha256_file
+
+    model["size"], model["sha256"] = (folder / model["name"]).stat().st_size, sha256_file(folder / model["name"])
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "SHA256SUMS").write_text("".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"]))
+    _publish(gh, folder)
+    dest = tmp_path / "outer" / "dest"
+    with pytest.raises(PackageError, match="refused"):
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+    assert not (tmp_path / "outer" / "evil.txt").exists() and not Path("/tmp/evil-absolute.txt").exists()
+    assert not (dest / "vad-sm8750").exists()  # nothing extracted at all
+    assert sorted(p.name for p in (tmp_path / "outer").iterdir()) == ["dest"]
+
+
+def test_token_never_printed(gh, release, tmp_path):
+    secret = "ghp_SECRETSECRETSECRET1234"
+    env = {**os.environ, "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": secret}
+    r = run_cli("--verbose", "publish", str(release), "--repo", REPO, "--tag", TAG, env=env)  # wrong token: 401
+    assert r.returncode == 10 and "Bad credentials" in r.stderr and "GITHUB_TOKEN" in r.stderr
+    assert secret not in r.stdout + r.stderr
+    env["GITHUB_TOKEN"] = gh.state.token
+    r = run_cli("--verbose", "publish", str(release), "--repo", REPO, "--tag", TAG, env=env)
+    assert r.returncode == 0, r.stderr
+    assert gh.state.token not in r.stdout + r.stderr
+    r = run_cli("--verbose", "fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "SM8750",
+                "--dest", str(tmp_path / "d"), env=env)
+    assert r.returncode == 0 and gh.state.token not in r.stdout + r.stderr
