@@ -116,11 +116,11 @@ def _sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
 
 
 def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str | None = None,
-          precision: str | None = None, backend: str = "ort", jobs: int = 1, force: bool = False,
-          cache: Path | None = None, progress: Progress | None = None) -> BuildReport:
+          precision: str | None = None, graph: str | None = None, backend: str = "ort", jobs: int = 1,
+          force: bool = False, cache: Path | None = None, progress: Progress | None = None) -> BuildReport:
     started = time.monotonic()
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    targets = plan(loaded, model=model, soc=soc, precision=precision)
+    targets = plan(loaded, model=model, soc=soc, precision=precision, graph=graph)
     if not targets:
         raise QnnReleaseError("nothing to build: the filters match no target", hint="see `qnn-release plan`")
     route = get_backend(backend)

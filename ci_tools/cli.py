@@ -89,6 +89,31 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .render import render_all, stale, write
+
+    loaded = load_matrix(args.matrix)
+    root = args.root or loaded.root
+    files = render_all(loaded)
+    if args.check:
+        diffs, orphans = stale(root, files)
+        if diffs or orphans:
+            for d in diffs:
+                sys.stdout.write(d)
+            for o in orphans:
+                print(f"generated file no longer produced by the matrix: {o}")
+            print(f"qnn-release: error: {len(diffs) + len(orphans)} workflow file(s) are stale "
+                  f"(hint: run `qnn-release render` and commit the result)", file=sys.stderr)
+            return 1
+        print(f"{len(files)} workflow files are current")
+        return 0
+    written = write(root, files)
+    print(f"rendered {len(files)} workflow files into {root / '.github' / 'workflows'}"
+          + (f"; changed: {', '.join(str(w.name) for w in written)}" if written else "; nothing changed"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qnn-release", description=__doc__)
     parser.add_argument("--version", action="version", version=f"qnn-release {__version__}")
@@ -115,12 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true")
     p.set_defaults(func=cmd_schema)
 
+    p = sub.add_parser("render", help="write .github/workflows from the matrix and templates/workflows")
+    _matrix_arg(p)
+    p.add_argument("--check", action="store_true", help="fail with a diff when committed workflows are stale")
+    p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
+    p.set_defaults(func=cmd_render)
+
     from . import cli_build
 
     cli_build.register(sub, _matrix_arg)
-    from . import cli_release
+    from . import cli_release, cli_sdk
 
     cli_release.register(sub)
+    cli_sdk.register(sub, _matrix_arg)
     return parser
 
 

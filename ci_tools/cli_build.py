@@ -19,8 +19,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     loaded = load_matrix(args.matrix)
     from .plan import plan
 
-    total = len(plan(loaded, model=args.model, soc=args.soc, precision=args.precision))
-    report = build(loaded, out=args.out, model=args.model, soc=args.soc, precision=args.precision,
+    total = len(plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph))
+    report = build(loaded, out=args.out, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
                    backend=args.backend, jobs=args.jobs, force=args.force,
                    cache=args.cache, progress=Progress(total))
     print(summary(report))
@@ -58,6 +58,7 @@ def register(sub, matrix_arg) -> None:
     p.add_argument("--model")
     p.add_argument("--soc", help="a chip or a group")
     p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
+    p.add_argument("--graph", help="only this graph of the model(s)")
     p.add_argument("--backend", default="ort", help="compile route: ort (default) or qairt")
     p.add_argument("-j", "--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
                    help="targets compiled at once, each in its own process")

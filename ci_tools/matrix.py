@@ -88,6 +88,8 @@ class Exclude(_Frozen):
 
 
 class Options(_Frozen):
+    fan_out: Literal["chip", "target"] = Field(
+        default="chip", description="one CI job per chip and precision (graphs converted once), or per target")
     vtcm_mb: int | None = Field(default=None, gt=0, le=64)
     optimization_level: Literal[1, 2, 3] = 3
     verify: dict[Precision, Thresholds] = Field(default={}, description="override the default parity thresholds")
@@ -160,7 +162,9 @@ class Sdk(_Frozen):
 
 
 class Release(_Frozen):
-    tag_pattern: str = "v*"
+    tag_pattern: str = Field(default="v*", description="tags that start a release build (GitHub glob)")
+    image: str = Field(default="ghcr.io/${{ github.repository_owner }}/qnn-sdk",
+                       description="the SDK image compile jobs run in (lower case for ghcr.io); :<version> is added")
 
 
 class Matrix(_Frozen):

@@ -27,7 +27,7 @@ class Target:
 
 
 def plan(loaded: LoadedMatrix, model: str | None = None, soc: str | None = None,
-         precision: str | None = None) -> list[Target]:
+         precision: str | None = None, graph: str | None = None) -> list[Target]:
     matrix, catalog = loaded.matrix, loaded.catalog
     models = matrix.models
     if model is not None:
@@ -49,6 +49,8 @@ def plan(loaded: LoadedMatrix, model: str | None = None, soc: str | None = None,
             if wanted is not None and s.name not in wanted:
                 continue
             for g in m.graphs:
+                if graph is not None and g.name != graph:
+                    continue
                 for p in m.precisions:
                     if precision is not None and p != precision:
                         continue
@@ -56,4 +58,7 @@ def plan(loaded: LoadedMatrix, model: str | None = None, soc: str | None = None,
                         continue
                     t = Target(model=m, graph=g.name, soc=s, precision=p)
                     targets[t.id] = t
+    if graph is not None and not targets and not any(g.name == graph for m in models for g in m.graphs):
+        raise UsageError(f"--graph {graph}: no such graph",
+                         hint=did_you_mean(graph, {g.name for m in models for g in m.graphs}) or None)
     return [targets[k] for k in sorted(targets)]

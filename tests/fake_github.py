@@ -30,6 +30,10 @@ class State:
         self.faults: list[dict] = []
         self.log: list[tuple[str, str, dict]] = []
         self.create_delay = 0.0
+        # git data: ref name -> commit sha; sha -> object
+        self.refs: dict[str, str] = {"heads/main": "c0" * 20}
+        self.objects: dict[str, dict] = {"c0" * 20: {"type": "commit", "tree": "t0" * 20, "parents": []}}
+        self.pulls: list[dict] = []
 
     def new_id(self) -> int:
         with self.lock:
@@ -143,6 +147,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(401, {"message": "Bad credentials"})
         st = self.st
         with st.lock:
+            handled = self._git(path)
+            if handled:
+                return None
             m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/tags/([^/]+)", path)
             if m and self.command == "GET":
                 for rid, r in sorted(st.releases.items()):
@@ -245,6 +252,60 @@ class Handler(BaseHTTPRequestHandler):
                         return self._serve_bytes(a["data"], fault)
                 return self._send(404, b"Not Found")
         return self._send(404, {"message": f"no route {self.command} {path}"})
+
+    def _git(self, path: str) -> bool:
+        """The Git data API (refs, commits, trees) and pull requests, enough for a bot's PR."""
+        st = self.st
+        m = re.fullmatch(r"/repos/[^/]+/[^/]+/git/ref/(heads/.+)", path)
+        if m and self.command == "GET":
+            if m[1] not in st.refs:
+                self._send(404, {"message": "Not Found"})
+            else:
+                self._send(200, {"ref": f"refs/{m[1]}", "object": {"sha": st.refs[m[1]], "type": "commit"}})
+            return True
+        m = re.fullmatch(r"/repos/[^/]+/[^/]+/git/commits/([0-9a-f]+)", path)
+        if m and self.command == "GET":
+            obj = st.objects.get(m[1])
+            self._send(200, {"sha": m[1], "tree": {"sha": obj["tree"]}}) if obj else self._send(404, {})
+            return True
+        reads_body = (self.command in ("POST", "PATCH") and "/git/" in path) or (
+            path.endswith("/pulls") and self.command == "POST")
+        body = json.loads(self._read_body() or b"{}") if reads_body else None
+        if re.fullmatch(r"/repos/[^/]+/[^/]+/git/trees", path) and self.command == "POST":
+            sha = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
+            st.objects[sha] = {"type": "tree", **body}
+            self._send(201, {"sha": sha})
+            return True
+        if re.fullmatch(r"/repos/[^/]+/[^/]+/git/commits", path) and self.command == "POST":
+            if body["tree"] not in st.objects or any(p not in st.objects for p in body["parents"]):
+                self._send(422, {"message": "tree or parent not found"})
+                return True
+            sha = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
+            st.objects[sha] = {"type": "commit", **body}
+            self._send(201, {"sha": sha})
+            return True
+        if re.fullmatch(r"/repos/[^/]+/[^/]+/git/refs", path) and self.command == "POST":
+            name = body["ref"].removeprefix("refs/")
+            if name in st.refs:
+                self._send(422, {"message": "Reference already exists"})
+            else:
+                st.refs[name] = body["sha"]
+                self._send(201, {"ref": body["ref"], "object": {"sha": body["sha"]}})
+            return True
+        m = re.fullmatch(r"/repos/[^/]+/[^/]+/git/refs/(heads/.+)", path)
+        if m and self.command == "PATCH":
+            st.refs[m[1]] = body["sha"]
+            self._send(200, {"ref": f"refs/{m[1]}", "object": {"sha": body["sha"]}})
+            return True
+        if path.endswith("/pulls") and self.command == "POST":
+            if any(p["head"] == body["head"] for p in st.pulls):
+                self._send(422, {"message": "A pull request already exists"})
+            else:
+                pr = {**body, "number": len(st.pulls) + 1}
+                st.pulls.append(pr)
+                self._send(201, {**pr, "html_url": f"{self.base}/pull/{pr['number']}"})
+            return True
+        return False
 
     def _serve_bytes(self, data: bytes, fault: dict | None) -> None:
         start = 0

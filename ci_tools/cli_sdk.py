@@ -1,0 +1,87 @@
+"""``qnn-release sdk fetch | env | check-updates | open-pr``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .sdk import env_lines, fetch_sdk, record_pins
+
+    loaded = load_matrix(args.matrix)
+    root, info = fetch_sdk(loaded, args.version, args.dest)
+    print(f"QAIRT {info['version']} in {root} ({info['hf_repo']}@{info['revision'][:12]}, "
+          f"sha256 {info['sha256'][:16]}...)", file=sys.stderr)
+    entry = next(e for e in loaded.matrix.sdk.qairt if e.version == info["version"])
+    if entry.revision is None or entry.sha256 is None:
+        if args.record:
+            record_pins(loaded, info["version"], info["revision"], info["sha256"])
+            print(f"recorded revision and sha256 of {info['file']} in {loaded.path}", file=sys.stderr)
+        else:
+            print(f"pin it: sdk.qairt[{info['version']}] revision: {info['revision']} sha256: {info['sha256']} "
+                  f"(or run with --record)", file=sys.stderr)
+    print("\n".join(env_lines(root)))
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .sdk import sdk_env
+
+    print("\n".join(sdk_env(load_matrix(args.matrix), args.version, args.dest)))
+    return 0
+
+
+def cmd_check_updates(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .sdk_updates import apply_updates, check_updates
+
+    loaded = load_matrix(args.matrix)
+    updates = check_updates(loaded)
+    if not updates.qairt and not updates.onnxruntime_qnn:
+        print("the matrix has the newest QAIRT zip and onnxruntime-qnn release")
+        return 0
+    for v in updates.qairt:
+        print(f"newer QAIRT zip: v{v}.zip in {loaded.matrix.sdk.qairt[0].hf_repo}")
+    for v in updates.onnxruntime_qnn:
+        print(f"newer onnxruntime-qnn: {v}")
+    if args.apply:
+        for line in apply_updates(loaded, updates):
+            print(line)
+    return 0
+
+
+def cmd_open_pr(args: argparse.Namespace) -> int:
+    from .github import token_from_env
+    from .sdk_updates import open_pr
+
+    print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root))
+    return 0
+
+
+def register(sub, matrix_arg) -> None:
+    p = sub.add_parser("sdk", help="the QAIRT SDK: fetch it (checked), print its env, look for updates")
+    ssub = p.add_subparsers(dest="sdk_command", metavar="SDK_COMMAND", required=True)
+    f = ssub.add_parser("fetch", help="download the QAIRT zip named in the matrix from Hugging Face, check, unzip")
+    matrix_arg(f)
+    f.add_argument("--version", help="a version from sdk.qairt (default: the first)")
+    f.add_argument("--dest", type=Path, default=Path.cwd(), help="unzip into DEST/qairt/<version>")
+    f.add_argument("--record", action="store_true", help="write the revision and sha256 into the matrix")
+    f.set_defaults(func=cmd_fetch)
+    e = ssub.add_parser("env", help="print QNN_SDK_ROOT=... lines for an SDK already on disk")
+    matrix_arg(e)
+    e.add_argument("--version")
+    e.add_argument("--dest", type=Path, default=Path.cwd())
+    e.set_defaults(func=cmd_env)
+    c = ssub.add_parser("check-updates", help="newer QAIRT zips on the Hub and onnxruntime-qnn on PyPI")
+    matrix_arg(c)
+    c.add_argument("--apply", action="store_true", help="update the matrix's sdk section and re-render")
+    c.set_defaults(func=cmd_check_updates)
+    o = ssub.add_parser("open-pr", help="commit the changed files to a branch and open a pull request")
+    o.add_argument("--repo", required=True)
+    o.add_argument("--base", default="main")
+    o.add_argument("--root", type=Path, default=Path.cwd())
+    o.set_defaults(func=cmd_open_pr)

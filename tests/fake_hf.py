@@ -1,0 +1,115 @@
+"""A local HTTP server standing in for the Hugging Face Hub's download API (used through HF_ENDPOINT),
+and for PyPI's JSON API.
+
+Hub contract followed (what huggingface_hub relies on): ``HEAD``/``GET /{repo}/resolve/{revision}/{file}``
+answering ``X-Repo-Commit``, ``X-Linked-Etag`` (the sha256 of an LFS file), ``X-Linked-Size`` and
+``ETag``; ``GET /api/models/{repo}/tree/{revision}`` listing files with their ``lfs.oid``;
+``X-Error-Code: EntryNotFound`` / ``RepoNotFound`` with 404s. PyPI: ``GET /pypi/{name}/json``.
+A file can be served corrupted (same size, other bytes) to test checksum handling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+
+class HubState:
+    def __init__(self):
+        self.repos: dict[str, dict] = {}  # repo -> {"commit": sha, "files": {name: bytes}}
+        self.corrupt: set[str] = set()
+        self.pypi: dict[str, list[str]] = {}
+        self.log: list[tuple[str, str]] = []
+
+    def add_file(self, repo: str, name: str, data: bytes) -> str:
+        r = self.repos.setdefault(repo, {"files": {}})
+        r["files"][name] = data
+        r["commit"] = hashlib.sha1(json.dumps(sorted((k, hashlib.sha256(v).hexdigest())
+                                                     for k, v in r["files"].items())).encode()).hexdigest()
+        return r["commit"]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    @property
+    def st(self) -> HubState:
+        return self.server.state  # type: ignore[attr-defined]
+
+    def _send(self, code, body=b"", headers=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_HEAD(self):
+        self._handle()
+
+    def do_GET(self):
+        self._handle()
+
+    def _handle(self):
+        path = unquote(urlparse(self.path).path)
+        self.st.log.append((self.command, path))
+        m = re.fullmatch(r"/pypi/([^/]+)/json", path)
+        if m:
+            if m[1] not in self.st.pypi:
+                return self._send(404, {"message": "Not Found"})
+            return self._send(200, {"info": {"name": m[1], "version": self.st.pypi[m[1]][-1]},
+                                    "releases": {v: [{"packagetype": "bdist_wheel"}] for v in self.st.pypi[m[1]]}},
+                              {"Content-Type": "application/json"})
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
+        if m:
+            repo = self.st.repos.get(m[1])
+            if repo is None:
+                return self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+            items = [{"type": "file", "path": n, "size": len(d), "oid": hashlib.sha1(d).hexdigest(),
+                      "lfs": {"oid": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": 134}}
+                     for n, d in sorted(repo["files"].items())]
+            return self._send(200, items, {"Content-Type": "application/json"})
+        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if m:
+            repo = self.st.repos.get(m[1])
+            if repo is None:
+                return self._send(404, b"Repository not found", {"X-Error-Code": "RepoNotFound"})
+            if m[2] not in ("main", repo["commit"]):
+                return self._send(404, b"Revision not found", {"X-Error-Code": "RevisionNotFound"})
+            data = repo["files"].get(m[3])
+            if data is None:
+                return self._send(404, b"Entry not found", {"X-Error-Code": "EntryNotFound"})
+            sha = hashlib.sha256(data).hexdigest()
+            if m[3] in self.st.corrupt:
+                data = bytes(b ^ 0x5A for b in data[:64]) + data[64:]
+            headers = {"X-Repo-Commit": repo["commit"], "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)),
+                       "ETag": f'"{hashlib.sha1(data).hexdigest()}"', "Accept-Ranges": "bytes",
+                       "Content-Type": "application/zip"}
+            return self._send(200, data, headers)
+        return self._send(404, {"error": f"no route {path}"})
+
+
+class FakeHub:
+    def __init__(self):
+        self.state = HubState()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.state = self.state  # type: ignore[attr-defined]
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

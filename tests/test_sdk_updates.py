@@ -1,0 +1,90 @@
+"""`sdk check-updates [--apply]` against local stand-ins for the Hub and PyPI; `sdk open-pr` against GitHub."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from ci_tools.sdk_updates import open_pr
+from tests.conftest import DEMO_MATRIX, REPO, run_cli
+from tests.fake_github import FakeGitHub
+from tests.fake_hf import FakeHub
+
+HF_REPO = "csukuangfj/qnn-toolkit"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A git checkout holding the demo matrix, catalog and templates."""
+    root = tmp_path / "repo"
+    (root / "matrix").mkdir(parents=True)
+    shutil.copy(DEMO_MATRIX, root / "matrix" / "models.yaml")
+    shutil.copytree(REPO / ".github", root / ".github")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
+                   check=True)
+    return root
+
+
+def _env(hub):
+    return {**os.environ, "HF_ENDPOINT": hub.url, "QNN_RELEASE_PYPI_URL": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def test_check_updates_lists_and_applies(repo):
+    with FakeHub() as hub:
+        hub.state.add_file(HF_REPO, "v2.40.0.251030.zip", b"old")
+        hub.state.add_file(HF_REPO, "v2.39.0.250926.zip", b"older")
+        commit = hub.state.add_file(HF_REPO, "v2.41.0.251128.zip", b"new sdk zip")
+        hub.state.add_file(HF_REPO, "README.md", b"readme")
+        commit = hub.state.repos[HF_REPO]["commit"]
+        hub.state.pypi["onnxruntime-qnn"] = ["2.6.0", "2.7.0", "2.8.0rc1", "2.8.1"]
+        matrix = repo / "matrix" / "models.yaml"
+        r = run_cli("sdk", "check-updates", "--matrix", str(matrix), env=_env(hub))
+        assert r.returncode == 0, r.stderr
+        assert "newer QAIRT zip: v2.41.0.251128.zip" in r.stdout and "2.39" not in r.stdout
+        assert "newer onnxruntime-qnn: 2.8.1" in r.stdout and "rc1" not in r.stdout
+        before = matrix.read_text()
+        r = run_cli("sdk", "check-updates", "--apply", "--matrix", str(matrix), env=_env(hub))
+        assert r.returncode == 0, r.stderr
+    sdk = yaml.safe_load(matrix.read_text())["sdk"]
+    assert sdk["onnxruntime_qnn"] == "2.8.1"
+    assert sdk["qairt"][0]["version"] == "2.41.0.251128" and sdk["qairt"][0]["revision"] == commit
+    import hashlib
+
+    assert sdk["qairt"][0]["sha256"] == hashlib.sha256(b"new sdk zip").hexdigest()
+    assert sdk["qairt"][1]["version"] == "2.40.0.251030"
+    assert "# The demo matrix" in matrix.read_text() and len(matrix.read_text()) > len(before)  # comments kept
+    wf = (repo / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text()
+    assert "qnn-sdk:2.41.0.251128" in wf
+    assert run_cli("render", "--check", "--matrix", str(matrix)).returncode == 0
+
+
+def test_nothing_newer(repo):
+    with FakeHub() as hub:
+        hub.state.add_file(HF_REPO, "v2.40.0.251030.zip", b"old")
+        hub.state.pypi["onnxruntime-qnn"] = ["2.7.0"]
+        r = run_cli("sdk", "check-updates", "--matrix", str(repo / "matrix" / "models.yaml"), env=_env(hub))
+    assert r.returncode == 0 and "has the newest" in r.stdout
+
+
+def test_open_pr_commits_changes_through_the_api(repo):
+    (repo / "matrix" / "models.yaml").write_text((repo / "matrix" / "models.yaml").read_text() + "\n# bumped\n")
+    with FakeGitHub() as gh:
+        text = open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url)
+        assert text.startswith("opened ")
+        (pr,) = gh.state.pulls
+        assert pr["base"] == "main" and pr["head"].startswith("qnn-release/sdk-bump-")
+        assert "`matrix/models.yaml`" in pr["body"]
+        commit = gh.state.objects[gh.state.refs[f"heads/{pr['head']}"]]
+        assert commit["parents"] == ["c0" * 20]
+        tree = gh.state.objects[commit["tree"]]
+        assert [e["path"] for e in tree["tree"]] == ["matrix/models.yaml"]
+        assert tree["tree"][0]["content"].endswith("# bumped\n")
+        # a second run updates the branch and does not open a second pull request
+        assert "already exists" in open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url)
+        assert len(gh.state.pulls) == 1
