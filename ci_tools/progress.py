@@ -7,6 +7,12 @@ import sys
 import time
 
 
+def _escape(text: str, prop: bool = False) -> str:
+    """Workflow-command escaping (as @actions/core does): a message cannot end the command or start another."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
 class Progress:
     def __init__(self, total: int, stream=None):
         self.total, self.done = total, 0
@@ -47,7 +53,7 @@ class Progress:
                 self._write(record["traceback"])
             self._write("::endgroup::\n")
             if status == "failed":
-                self._write(f"::error title={record['id']}::{record.get('error')}\n")
+                self._write(f"::error title={_escape(record['id'], prop=True)}::{_escape(str(record.get('error')))}\n")
         else:
             self._write(line + "\n")
 
