@@ -8,7 +8,6 @@ than the qnn-libs shipped beside them, or for another chip than their name says.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -26,7 +25,7 @@ from .prepare import Prepared, generate_inputs, run_cpu
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
 from .quantize import BITS
-from .report import write_atomic, write_json
+from .report import replace_dir, write_atomic, write_json
 from .sources import sha256_file
 from .templating import render
 
@@ -245,13 +244,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         write_json(tmp / "manifest.json", manifest)
         sums = "".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"])
         write_atomic(tmp / "SHA256SUMS", sums)
-        if release.exists():
-            old = out / f".release.old-{os.getpid()}"
-            os.replace(release, old)
-            os.replace(tmp, release)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, release)
+        replace_dir(tmp, release)
         tmp = None
         if notes_path is not None:
             write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())

@@ -19,7 +19,7 @@ import numpy as np
 from .errors import QnnReleaseError
 from .matrix import Options
 from .prepare import Prepared, generate_inputs, run_cpu
-from .report import write_json
+from .report import replace_dir, write_json
 from .socs import Soc
 
 COMPILE_VERSION = 1  # bump when a change here should rebuild every target
@@ -58,13 +58,7 @@ def copy_atomic(src: Path, dest: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, old)
-            os.replace(tmp / "t", dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp / "t", dest)
+        replace_dir(tmp / "t", dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -122,13 +116,7 @@ def run_target(spec: TargetSpec) -> dict:
         record["seconds"] = round(time.monotonic() - start, 3)
         write_json(tmp / "target.json", record)
         final = spec.out / spec.target_id
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        replace_dir(tmp, final)
         tmp = None
         put_in_store(final, spec.store / spec.key)
     except QnnReleaseError as e:
