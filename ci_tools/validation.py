@@ -53,6 +53,8 @@ def data_path(data: Any, loc: Loc) -> Loc:
     out: list[Any] = []
     cur = data
     for elem in loc:
+        if isinstance(cur, dict) and isinstance(elem, str) and cur.get("kind") == elem:
+            continue  # a discriminated union's tag (source kinds), not a key
         if isinstance(cur, dict) and elem in cur:
             cur = cur[elem]
             out.append(elem)

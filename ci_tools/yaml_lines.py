@@ -23,8 +23,15 @@ def load_with_lines(path: Path, what: str = "file") -> tuple[Any, dict[Loc, int]
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read {what}: {e}") from None
     loader = yaml.SafeLoader(text)
+    lines: dict[Loc, int] = {}
     try:
         node = loader.get_single_node()
+        if node is None:
+            raise ConfigError(f"{path}: the {what} is empty",
+                              hint="see matrix/models.yaml in the repository for an example")
+        data = _convert(node, (), lines, loader, path, (), [_MAX_NODES])
+    except RecursionError:
+        raise ConfigError(f"{path}: the YAML is nested too deeply", hint="flatten the structure") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 0
@@ -35,12 +42,6 @@ def load_with_lines(path: Path, what: str = "file") -> tuple[Any, dict[Loc, int]
         raise ConfigError(f"{path}: YAML error: {str(e).splitlines()[0]}") from None
     finally:
         loader.dispose()
-    if node is None:
-        raise ConfigError(f"{path}: the {what} is empty",
-                          hint="see matrix/models.yaml in the repository for an example")
-    lines: dict[Loc, int] = {}
-    budget = [_MAX_NODES]
-    data = _convert(node, (), lines, loader, path, (), budget)
     return data, lines
 
 
@@ -62,8 +63,9 @@ def _convert(node: yaml.Node, loc: Loc, lines: dict[Loc, int], loader: yaml.Safe
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)):
-                raise ConfigError(f"{path}:{key_node.start_mark.line + 1}: a key must be a plain scalar")
+            if not isinstance(key, str):
+                raise ConfigError(f"{path}:{key_node.start_mark.line + 1}: a key must be a string, got {key!r}",
+                                  hint="quote it, or fix the indentation")
             if key in out:
                 raise ConfigError(f"{path}:{key_node.start_mark.line + 1}: duplicate key '{key}'",
                                   hint=f"it is already set on line {lines[loc + (key,)]}")

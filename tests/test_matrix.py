@@ -56,6 +56,14 @@ BROKEN = {
     "exclude-unknown-chip": (SRC.replace(VAD_TAIL, VAD_TAIL.replace(
         "chips: [flagship, QCS9100]\n", "chips: [flagship, QCS9100]\n    exclude: [{soc: X1}]\n")),
                              r"exclude\[0\]\.soc: unknown chip"),
+    "python-tag": (SRC.replace("version: 1\n", "version: !!python/object:os.system 1\n", 1), r"YAML syntax error"),
+    "deep-nesting": ("a: " + "[" * 3000 + "]" * 3000 + "\n", r"nested too deeply"),
+    "integer-key": (SRC + "1: x\n", r"a key must be a string, got 1"),
+    "url-without-sha": (SRC.replace("      kind: pip\n      package: silero-vad==6.2.3\n",
+                                    "      kind: url\n      url: https://example.org/vad.onnx\n", 1)
+                        .replace("      files:\n        silero_vad/data/silero_vad_openvino_16k.onnx: "
+                                 "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87\n", "", 1),
+                        r"source.sha256: missing required key 'sha256'"),
     "duplicate-graph": (SRC.replace("      - name: rec\n", "      - name: cls\n"), r"duplicate graph name 'cls'"),
 }
 
