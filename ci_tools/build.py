@@ -6,9 +6,11 @@ One failing target does not stop the others; ``build-report.json`` says which fa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
+import re
 import shutil
 import subprocess
 import sys
@@ -126,10 +128,37 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
     route = get_backend(backend)
     sdk = route.sdk_version()
     cache = cache or default_cache()
-    work = cache / "work"
-    store = SourceStore(cache, loaded.root)
     progress = progress or Progress(len(targets))
     out.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        _remove_temporaries(out)
+        return _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """One build per output folder at a time (the next one may clean what this one leaves)."""
+    import fcntl
+
+    with open(out / ".qnn-release.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise QnnReleaseError(f"{out}: another qnn-release build is writing here",
+                                  hint="wait for it, or use another --out") from None
+        yield
+
+
+def _remove_temporaries(out: Path) -> None:
+    """Half-written target folders of an interrupted or killed build (they start with a dot)."""
+    for p in out.glob(".*"):
+        if p.is_dir() and (re.search(r"\.old-\d+$", p.name) or re.match(r"^\.[\w.-]+\.[a-z0-9_]{8}$", p.name)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when) -> BuildReport:
+    work = cache / "work"
+    store = SourceStore(cache, loaded.root)
 
     records: dict[str, dict] = {}
     prepared_records: list[dict] = []
@@ -189,6 +218,7 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
             progress.finished(record)
     except KeyboardInterrupt:
         interrupted = True
+        _remove_temporaries(out)
         for s in specs:
             records.setdefault(s.target_id, {"id": s.target_id, "model": s.model, "graph": s.graph,
                                              "soc": s.soc.name, "precision": s.precision, "status": "failed",
@@ -250,7 +280,10 @@ def _run_all(specs: list[TargetSpec], jobs: int, progress: Progress):
                                "precision": s.precision, "status": "failed", "exit_code": 70,
                                "error": f"worker process failed: {type(e).__name__}: {e}".splitlines()[0]}
         except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)
+            # stop the workers now (they are in our process group for Ctrl-C, not for a SIGTERM to us)
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
 
 

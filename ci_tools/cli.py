@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.verbose:
         os.environ["QNN_RELEASE_VERBOSE"] = "1"  # read by worker processes too
+    _stop_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except QnnReleaseError as e:
@@ -183,6 +184,23 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _error(f"internal error: {type(e).__name__}: {e}".splitlines()[0] + " (run with --verbose for the traceback)")
         return 70
+
+
+def _stop_on_sigterm() -> None:
+    """CI cancels a job with SIGTERM: stop like Ctrl-C, so nothing half-finished looks finished."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading_main():
+        signal.signal(signal.SIGTERM, stop)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _error(text: str) -> None:

@@ -37,7 +37,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_package(args: argparse.Namespace) -> int:
     from .package import package
 
-    result = package(args.out, tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous, matrix=args.matrix)
+    result = package(args.out, tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous, matrix=args.matrix,
+                     device_numbers=args.device_numbers)
     for a in result.assets:
         print(f"{a['sha256'][:12]}  {a['size'] / 1e6:8.2f} MB  {a['name']}")
     print(f"\n{len(result.assets)} assets, manifest.json and SHA256SUMS in {result.release}"
@@ -50,6 +51,8 @@ def _package_args(p) -> None:
     p.add_argument("--qnn-sdk", type=Path, default=os.environ.get("QNN_SDK_ROOT") or None,
                    help="QAIRT SDK tree for qnn-libs-<version>.tar.bz2 (default: $QNN_SDK_ROOT)")
     p.add_argument("--previous", type=Path, help="the previous release's manifest.json, for the changes")
+    p.add_argument("--device-numbers", type=Path,
+                   help='numbers measured on devices, JSON {"model/SOC/precision": {...}}, into metadata.json')
 
 
 def register(sub, matrix_arg) -> None:

@@ -90,7 +90,8 @@ class Metadata(_M):
     graphs: list[GraphInfo] = Field(min_length=1)
     quantization: Quantization
     numbers: dict[str, GraphNumbers] = Field(description="per graph")
-    on_device: dict[str, dict] = Field(default={}, description="numbers measured on a device, when supplied")
+    on_device: dict[str, float | int | str | None] = Field(
+        default={}, description="numbers measured on a real device, when supplied (package --device-numbers)")
     runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
 
 

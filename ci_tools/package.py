@@ -100,7 +100,8 @@ def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, byte
 
 
 def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
-            matrix: Path | None = None, notes_dir: Path | None = None) -> PackageResult:
+            matrix: Path | None = None, notes_dir: Path | None = None,
+            device_numbers: Path | None = None) -> PackageResult:
     report_path = out / "build-report.json"
     try:
         report = json.loads(report_path.read_text())
@@ -109,6 +110,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     except ValueError as e:
         raise PackageError(f"{report_path}: not valid JSON: {e}") from None
     loaded: LoadedMatrix = load_matrix(matrix or report["matrix"])
+    on_device = _device_numbers(device_numbers)
     prepared = {(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.get("prepared", [])}
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in report["targets"]:
@@ -203,7 +205,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             if len(names) != len(members):
                 raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
             act, weight = BITS[precision]
-            meta = Metadata.model_validate({
+            meta = _metadata({
                 "metadata_version": METADATA_VERSION, "toolkit": f"qnn-release {__version__}",
                 "toolkit_commit": _git_commit(), "created": max(r.get("created", "") for r in records) or None,
                 "chip": {"name": soc.name, "marketing": soc.marketing, "soc_model": soc.soc_model,
@@ -213,6 +215,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                 "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
                                  "calibration_sha256": records[0].get("calibration_sha256")},
                 "numbers": numbers, "runtime_libs": libs_name,
+                "on_device": on_device.get(f"{model_name}/{soc_name}/{precision}", {}),
             })
             meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
             members += [(f"{stem}/metadata.json", meta_json.encode()),
@@ -253,6 +256,32 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _metadata(fields: dict) -> Metadata:
+    import pydantic
+
+    try:
+        return Metadata.model_validate(fields)
+    except pydantic.ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise PackageError(f"metadata.json would be invalid at {where}: {err['msg']}",
+                           hint="on-device numbers must be plain numbers or strings") from None
+
+
+def _device_numbers(path: Path | None) -> dict[str, dict]:
+    """Numbers measured on real devices: {"<model>/<SOC>/<precision>": {"latency_ms": ..., "device": ...}}."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{path}: cannot read device numbers: {e}",
+                           hint='a JSON object {"model/SOC/precision": {"latency_ms": 1.2, "device": "..."}}') from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise PackageError(f"{path}: expected an object of objects keyed by model/SOC/precision")
+    return data
 
 
 def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:

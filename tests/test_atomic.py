@@ -24,7 +24,7 @@ def matrix(tmp_path, monkeypatch):
 
 
 def _leftovers(out):
-    return sorted(p.name for p in out.iterdir() if p.name.startswith("."))
+    return sorted(p.name for p in out.iterdir() if p.name.startswith(".") and p.is_dir())
 
 
 def test_a_failing_target_leaves_nothing_and_others_finish(matrix, tmp_path, monkeypatch):
@@ -55,3 +55,19 @@ def test_ctrl_c_leaves_no_finished_looking_target(matrix, tmp_path, monkeypatch)
     report = build(matrix, out=out, backend="interrupting", cache=tmp_path / "c")
     assert {r["id"]: r["status"] for r in report.records}["m.main.sm8550.fp16"] == "cached"
     assert not report.failed
+
+
+def test_one_build_per_output_folder(matrix, tmp_path):
+    import fcntl
+
+    from ci_tools.errors import QnnReleaseError
+
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / ".m.main.sm8550.fp16.abcd1234").mkdir()  # left by a killed build
+    with open(out / ".qnn-release.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(QnnReleaseError, match="another qnn-release build is writing here"):
+            build(matrix, out=out, backend="ort", cache=tmp_path / "c")
+    report = build(matrix, out=out, backend="ort", cache=tmp_path / "c", soc="SM8550")
+    assert not report.failed and _leftovers(out) == []

@@ -223,3 +223,21 @@ def test_token_never_printed(gh, release, tmp_path):
     r = run_cli("--verbose", "fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "SM8750",
                 "--dest", str(tmp_path / "d"), env=env)
     assert r.returncode == 0 and gh.state.token not in r.stdout + r.stderr
+
+
+def test_fetch_asks_the_device_through_adb(gh, release, tmp_path):
+    """`--adb SERIAL` runs `adb -s SERIAL shell getprop ro.soc.model` (an adb stand-in on PATH answers it)."""
+    _publish(gh, release)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    adb = bindir / "adb"
+    adb.write_text('#!/bin/sh\n[ "$1 $2 $3 $4 $5" = "-s R5CX shell getprop ro.soc.model" ] || exit 1\necho SM8750-AC\n')
+    adb.chmod(0o755)
+    env = {**os.environ, "GITHUB_API_URL": gh.url, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = run_cli("fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--adb", "R5CX", "--dest",
+                str(tmp_path / "d"), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["soc"] == "SM8750"
+    r = run_cli("fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--adb", "OTHER", "--dest",
+                str(tmp_path / "e"), env=env)
+    assert r.returncode == 2 and "adb getprop ro.soc.model failed" in r.stderr
