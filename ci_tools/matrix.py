@@ -61,7 +61,7 @@ class InputSpec(_Frozen):
 
 class Thresholds(_Frozen):
     min_cosine: float | None = Field(default=None, ge=-1, le=1)
-    max_abs: float | None = Field(default=None, ge=0)
+    max_abs: float | None = Field(default=None, ge=0, description="absolute tolerance; enough on its own to pass")
     min_snr_db: float | None = None
 
 
@@ -78,7 +78,8 @@ class Graph(_Frozen):
 class Calibration(_Frozen):
     samples: int = Field(default=8, gt=0, le=4096)
     seed: int = 0
-    path: str | None = Field(default=None, description="a folder of .npz files, one array per graph input")
+    path: str | None = Field(default=None, description="a folder of .npz files, one array per graph input: "
+                             "calibrates the quantized precisions and verifies every precision")
 
 
 class Exclude(_Frozen):
@@ -236,9 +237,6 @@ def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None]
                     return (("models", i, "precisions"),
                             f"fp16 for {soc.name}: its HTP ({soc.arch}) has no fp16, the graph would fall back to CPU",
                             f"add `exclude: [{{soc: {soc.name}, precision: fp16}}]` or compile it as w8a16")
-        if model.calibration.path is not None and not any(p != "fp16" for p in model.precisions):
-            return (("models", i, "calibration", "path"), "calibration data given but no quantized precision",
-                    "add w8a16 or int8 to precisions, or drop calibration")
     return None
 
 

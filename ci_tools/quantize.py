@@ -30,18 +30,30 @@ def calibration_hash(samples: list[dict[str, np.ndarray]]) -> str:
     return h.hexdigest()
 
 
-def load_calibration(folder: Path, input_names: list[str]) -> list[dict[str, np.ndarray]]:
+def load_calibration(folder: Path, inputs) -> list[dict[str, np.ndarray]]:
+    """One sample per .npz (one array per graph input), cast to the prepared graph's dtypes and checked."""
     files = sorted(folder.glob("*.npz"))
     if not files:
         raise CompileError(f"calibration folder {folder} has no .npz files",
-                           hint="save one .npz per sample with one array per graph input")
+                           hint="save one .npz per sample with one array per graph input (np.savez)")
     out = []
     for f in files:
-        with np.load(f) as z:
-            missing = [n for n in input_names if n not in z.files]
+        try:
+            z = np.load(f, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CompileError(f"{f}: not a readable .npz: {e}") from None
+        with z:
+            missing = [t.name for t in inputs if t.name not in z.files]
             if missing:
-                raise CompileError(f"{f}: no array for input(s) {', '.join(missing)}")
-            out.append({n: z[n] for n in input_names})
+                raise CompileError(f"{f}: no array for input(s) {', '.join(missing)}",
+                                   hint=f"arrays: {', '.join(z.files)}")
+            sample = {}
+            for t in inputs:
+                a = z[t.name]
+                if list(a.shape) != list(t.shape):
+                    raise CompileError(f"{f}: input {t.name} has shape {list(a.shape)}, the graph takes {t.shape}")
+                sample[t.name] = a.astype(np.dtype(t.dtype))
+            out.append(sample)
     return out
 
 

@@ -22,7 +22,7 @@ from .prepare import Prepared, generate_inputs, run_cpu
 from .report import replace_dir, write_json
 from .socs import Soc
 
-COMPILE_VERSION = 1  # bump when a change here should rebuild every target
+COMPILE_VERSION = 2  # bump when a change here (compile or verification) should rebuild every target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +108,7 @@ def run_target(spec: TargetSpec) -> dict:
             record.update({"verified": True, "parity": v.parity.as_dict(), "per_output": v.per_output,
                            "thresholds": v.thresholds, "emulator_seconds": round(emu_seconds, 4),
                            "emulator_seconds_total": round(emu_seconds * len(feeds), 4),
-                           "verify_samples": v.samples})
+                           "verify_samples": v.samples, "passed_by": v.passed_by})
         from datetime import datetime, timezone
 
         record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

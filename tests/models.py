@@ -41,3 +41,16 @@ def embedding(path: Path, vocab: int = 100, dim: int = 16) -> Path:
     graph = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "seq"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, dim])], [table, axes])
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def tiny_outputs(path: Path, scale: float = 1e-7) -> Path:
+    """x[1, 32] -> MatMul -> Sigmoid -> Mul(scale): outputs far below fp16's normal range."""
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32), "w")
+    s = numpy_helper.from_array(np.array(scale, dtype=np.float32), "s")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Sigmoid", ["h"], ["p"], name="prob"),
+             helper.make_node("Mul", ["p", "s"], ["y"], name="scale")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w, s])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
