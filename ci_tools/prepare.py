@@ -253,18 +253,42 @@ def _simplify(m, what: str, notes: list[str]):
     if m.ByteSize() > EXTERNAL_DATA_ABOVE:
         notes.append("onnxsim skipped: the graph is over 2 GB")
         return m
-    try:
-        import onnxsim
+    import onnxsim
 
+    try:
         simplified, ok = onnxsim.simplify(m)
-    except Exception as e:
-        raise PrepareError(f"{what}: onnxsim failed: {str(e).splitlines()[0][:300]}",
-                           hint="fix the export (e.g. fold `If` branches, fix shapes) or give constants") from None
+    except Exception as first:
+        # onnxsim cannot fold `If` branches whose subgraphs read outer-scope values (silero-vad's
+        # sample-rate switch); onnxruntime's basic optimizer folds them once the condition is constant.
+        try:
+            folded = _ort_basic_fold(m)
+            simplified, ok = onnxsim.simplify(folded)
+            notes.append("onnxsim failed on the raw graph; constants and If branches folded by "
+                         "onnxruntime's basic graph optimizer first")
+        except Exception:
+            raise PrepareError(f"{what}: onnxsim failed: {str(first).splitlines()[0][:300]}",
+                               hint="fix the export (e.g. fold `If` branches, fix shapes) or give constants"
+                               ) from None
     if not ok:
         raise PrepareError(f"{what}: onnxsim could not check the simplified graph")
     before, after = len(m.graph.node), len(simplified.graph.node)
     notes.append(f"onnxsim: {before} -> {after} nodes")
     return simplified
+
+
+def _ort_basic_fold(m):
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "folded.onnx"
+        onnx.save(m, str(src))
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(dst)
+        ort.InferenceSession(str(src), sess_options=so, providers=["CPUExecutionProvider"])
+        return onnx.load(str(dst))
 
 
 def _static_io(m, what: str) -> tuple[list[TensorInfo], list[TensorInfo]]:

@@ -33,3 +33,26 @@ def test_demo_ocr_recognizer_builds_for_one_chip(tmp_path, cache_dir):
     rep = {t["id"]: t for t in json.loads((out / "build-report.json").read_text())["targets"]}
     assert rep["rapidocr.rec.sm8650.fp16"]["parity"]["cosine"] > 0.9999
     assert rep["rapidocr.cls.sm8650.fp16"]["status"] == "ok"
+
+
+def test_published_vad_with_sample_rate_switch_is_prepared_and_compiled(tmp_path, cache_dir):
+    """silero_vad_16k_op15.onnx: `sr` folded to a constant, its `If` branches folded, then onnxsim."""
+    from tests.conftest import write_matrix
+
+    model = {"name": "vad15", "description": "silero-vad op15", "license": "MIT",
+             "source": {"kind": "pip", "package": "silero-vad==6.2.3", "files": {
+                 "silero_vad/data/silero_vad_16k_op15.onnx":
+                     "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49"}},
+             "graphs": [{"name": "vad", "file": "silero_vad/data/silero_vad_16k_op15.onnx",
+                         "inputs": {"input": [1, 512], "state": [2, 1, 128]}, "constants": {"sr": 16000}}],
+             "chips": ["SM8750"]}
+    matrix = write_matrix(tmp_path, [model])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(cache_dir)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((out / "build-report.json").read_text())
+    prepared = rep["prepared"][0]
+    assert [i["name"] for i in prepared["inputs"]] == ["input", "state"]  # sr is gone
+    assert any("If branches folded" in n for n in prepared["notes"])
+    assert rep["targets"][0]["parity"]["cosine"] > 0.999
