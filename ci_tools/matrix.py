@@ -112,7 +112,8 @@ class UrlSource(_Frozen):
 
 class PathSource(_Frozen):
     kind: Literal["path"]
-    path: str = Field(description="a file inside this repository")
+    path: str = Field(description="a file in the repository (relative to the folder that holds matrix/), "
+                      "or relative to the matrix file when it is not in a matrix/ folder")
     sha256: Sha256
 
 
@@ -191,8 +192,10 @@ class LoadedMatrix:
 
     @property
     def root(self) -> Path:
-        """The folder `path` sources are relative to: the repository holding the matrix."""
-        return self.path.resolve().parent.parent
+        """The folder `path` sources are relative to: the repository holding ``matrix/<file>``,
+        or the matrix's own folder when it lives anywhere else."""
+        folder = self.path.resolve().parent
+        return folder.parent if folder.name == "matrix" else folder
 
 
 def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None] | None:

@@ -33,3 +33,17 @@ def test_plan_unknown_filters_are_usage_errors():
     assert r.returncode == 2 and "did you mean 'silero-vad'?" in r.stderr
     r = run_cli("plan", "--soc", "SM8751")
     assert r.returncode == 2 and "did you mean SM8750?" in r.stderr
+
+
+def test_path_sources_are_relative_to_the_matrix_outside_a_matrix_folder(tmp_path):
+    from ci_tools.matrix import load_matrix
+    from tests.conftest import write_matrix
+
+    m = write_matrix(tmp_path, [{"name": "x", "description": "x", "license": "MIT", "graphs": [
+        {"name": "g", "file": "m.onnx"}], "chips": ["SM8750"],
+        "source": {"kind": "path", "path": "m.onnx", "sha256": "0" * 64}}])
+    assert load_matrix(m).root == tmp_path
+    loose = tmp_path / "elsewhere" / "my-matrix.yaml"
+    loose.parent.mkdir()
+    loose.write_text(m.read_text())
+    assert load_matrix(loose).root == loose.parent

@@ -1,0 +1,75 @@
+"""Model sources over real HTTP: a Hugging Face-compatible server (HF_ENDPOINT) and a plain URL."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ci_tools.errors import SourceError
+from ci_tools.matrix import Model, UrlSource
+from ci_tools.sources import SourceStore
+from tests import models
+from tests.fake_hf import FakeHub
+
+
+def _model(source) -> Model:
+    return Model.model_validate({"name": "m", "description": "m", "license": "MIT", "source": source,
+                                 "graphs": [{"name": "g", "file": "m.onnx"}], "chips": ["SM8750"]})
+
+
+@pytest.fixture
+def onnx_bytes(tmp_path):
+    return models.mlp(tmp_path / "m.onnx", dynamic_batch=False).read_bytes()
+
+
+def test_hf_source_downloads_pinned_revision_and_checks_sha(tmp_path, onnx_bytes, monkeypatch):
+    with FakeHub() as hub:
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", hub.url)
+        monkeypatch.setattr("huggingface_hub.constants.HUGGINGFACE_CO_URL_TEMPLATE",
+                            hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+        commit = hub.state.add_file("acme/vad", "m.onnx", onnx_bytes)
+        sha = hashlib.sha256(onnx_bytes).hexdigest()
+        store = SourceStore(tmp_path / "cache", tmp_path)
+        files = store.fetch(_model({"kind": "hf", "repo": "acme/vad", "revision": commit, "files": {"m.onnx": sha}}))
+        assert files["m.onnx"].read_bytes() == onnx_bytes and files["m.onnx"].name == sha
+        # a corrupted download of the right size is refused after one fresh retry; nothing bad is stored
+        hub.state.corrupt.add("m.onnx")
+        store2 = SourceStore(tmp_path / "cache2", tmp_path)
+        with pytest.raises(SourceError, match="does not match the pin"):
+            store2.fetch(_model({"kind": "hf", "repo": "acme/vad", "revision": commit, "files": {"m.onnx": sha}}))
+        assert not (tmp_path / "cache2" / "blobs" / sha).exists()
+        gets = [p for m, p in hub.state.log if m == "GET" and p.endswith("/m.onnx")]
+        assert len(gets) >= 2  # the cached bad copy was dropped and downloaded again
+        with pytest.raises(SourceError, match=r"EntryNotFound|not found|404"):
+            store2.fetch(_model({"kind": "hf", "repo": "acme/vad", "revision": commit,
+                                 "files": {"missing.onnx": sha}}))
+
+
+def test_url_source(tmp_path, onnx_bytes):
+    served = tmp_path / "www"
+    served.mkdir()
+    (served / "m.onnx").write_bytes(onnx_bytes)
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(served)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/m.onnx"
+        sha = hashlib.sha256(onnx_bytes).hexdigest()
+        files = SourceStore(tmp_path / "c", tmp_path).fetch(_model({"kind": "url", "url": url, "sha256": sha}))
+        assert files["m.onnx"].read_bytes() == onnx_bytes
+        with pytest.raises(SourceError, match="does not match the pin"):
+            SourceStore(tmp_path / "c2", tmp_path).fetch(_model({"kind": "url", "url": url, "sha256": "1" * 64}))
+        with pytest.raises(SourceError, match="download failed"):
+            SourceStore(tmp_path / "c3", tmp_path).fetch(_model({"kind": "url", "url": url + "x", "sha256": sha}))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert isinstance(_model({"kind": "url", "url": "https://x/y.onnx", "sha256": sha}).source, UrlSource)
