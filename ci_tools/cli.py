@@ -115,7 +115,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="qnn-release", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="qnn-release", description="Compile ONNX models into Qualcomm QNN HTP context binaries for every "
+        "Snapdragon chip in a matrix, verify them, package them and release them.")
     parser.add_argument("--version", action="version", version=f"qnn-release {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

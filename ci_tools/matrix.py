@@ -135,7 +135,9 @@ class Export(_Frozen):
 class Model(_Frozen):
     name: Name
     description: str
-    license: str
+    license: str = Field(description="SPDX id of the model's licence")
+    license_file: str | None = Field(default=None, description="the licence text: one of the source's files; "
+                                     "shipped as LICENSE in every archive (a compiled model is a redistribution)")
     source: Source
     export: Export | None = None
     graphs: list[Graph] = Field(min_length=1)
@@ -215,6 +217,10 @@ def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None]
                 if name in g.inputs:
                     return (("models", i, "graphs", j, "constants", name),
                             f"'{name}' is both a constant and an input", "keep it in one of the two")
+        if model.license_file is not None and isinstance(model.source, (HfSource, PipSource)) \
+                and model.license_file not in model.source.files:
+            return (("models", i, "license_file"), f"'{model.license_file}' is not one of the source's files",
+                    "add it with its sha256 under source.files")
         if len(set(model.precisions)) != len(model.precisions):
             return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
         socs = []

@@ -220,9 +220,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
             members += [(f"{stem}/metadata.json", meta_json.encode()),
                         (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta).encode()),
-                        (f"{stem}/LICENSE", f"SPDX-License-Identifier: {model.license}\n\n{model.name}: "
-                                            f"{model.description}\nSource: {meta.model.repo}"
-                                            f"{'@' + meta.model.revision if meta.model.revision else ''}\n".encode())]
+                        (f"{stem}/LICENSE", _licence(loaded, model, meta))]
             archive = make_tar_bz2(tmp / f"{stem}.tar.bz2", members)
             assets.append({"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
                            "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
@@ -256,6 +254,19 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _licence(loaded: LoadedMatrix, model: Model, meta: Metadata) -> bytes:
+    head = (f"{model.name}: {model.description}\nSPDX-License-Identifier: {model.license}\n"
+            f"Source: {meta.model.repo}{'@' + meta.model.revision if meta.model.revision else ''}\n")
+    if model.license_file is None:
+        return head.encode()
+    from .sources import SourceStore, default_cache
+
+    files = SourceStore(default_cache(), loaded.root).fetch(model)
+    if model.license_file not in files:
+        raise PackageError(f"{model.name}: license_file {model.license_file} is not among the source files")
+    return (head + "\n" + files[model.license_file].read_text(errors="replace")).encode()
 
 
 def _metadata(fields: dict) -> Metadata:

@@ -56,3 +56,16 @@ def test_published_vad_with_sample_rate_switch_is_prepared_and_compiled(tmp_path
     assert [i["name"] for i in prepared["inputs"]] == ["input", "state"]  # sr is gone
     assert any("If branches folded" in n for n in prepared["notes"])
     assert rep["targets"][0]["parity"]["cosine"] > 0.999
+
+
+def test_demo_archive_ships_the_models_licence_text(tmp_path, cache_dir):
+    import tarfile
+
+    out = tmp_path / "dist"
+    env = {**os.environ, "QNN_RELEASE_CACHE": str(cache_dir)}
+    r = run_cli("build", "--model", "silero-vad", "--soc", "SM8750", "--out", str(out), "--package", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (archive,) = (out / "release").glob("silero-vad-sm8750-fp16-*.tar.bz2")
+    with tarfile.open(archive) as tf:
+        text = tf.extractfile(next(m for m in tf.getmembers() if m.name.endswith("/LICENSE"))).read().decode()
+    assert "SPDX-License-Identifier: MIT" in text and "Permission is hereby granted" in text

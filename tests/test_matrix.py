@@ -62,8 +62,13 @@ BROKEN = {
     "url-without-sha": (SRC.replace("      kind: pip\n      package: silero-vad==6.2.3\n",
                                     "      kind: url\n      url: https://example.org/vad.onnx\n", 1)
                         .replace("      files:\n        silero_vad/data/silero_vad_openvino_16k.onnx: "
-                                 "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87\n", "", 1),
+                                 "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87\n", "", 1)
+                        .replace("    license_file: silero_vad-6.2.3.dist-info/licenses/LICENSE\n", "", 1)
+                        .replace("        silero_vad-6.2.3.dist-info/licenses/LICENSE: "
+                                 "2e63e9a38b6e8fc0c7bc37ce174caca1862870856c6daf5697cfb785e925520b\n", "", 1),
                         r"source.sha256: missing required key 'sha256'"),
+    "licence-not-a-source-file": (SRC.replace("license_file: silero_vad-6.2.3.dist-info/licenses/LICENSE",
+                                              "license_file: LICENSE.txt"), r"'LICENSE.txt' is not one of the source"),
     "duplicate-graph": (SRC.replace("      - name: rec\n", "      - name: cls\n"), r"duplicate graph name 'cls'"),
 }
 
