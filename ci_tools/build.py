@@ -101,7 +101,7 @@ def _sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
         argv = [a.replace("{src}", str(src)).replace("{out}", str(tmp)) for a in model.export.command]
         if argv[0] == "python":
             argv[0] = sys.executable
-        r = subprocess.run(argv, capture_output=True, text=True)
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=store.repo_root)
         (tmp / "export.log").write_text(r.stdout + r.stderr)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -184,34 +184,35 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                 records[t.id] = _failed(t, e)
                 progress.finished(records[t.id])
             continue
-        pre: dict[tuple[str, str], tuple[list | None, list | None, str | None, Path | None]] = {}
+        inputs: dict[tuple[str, str], tuple[list | None, list | None, str | None]] = {}
+        precompiled: dict[tuple[str, str], Path | None] = {}
         for t in model_targets:
-            prep = preps[t.graph]
+            prep, gp = preps[t.graph], (t.graph, t.precision)
             try:
-                if (t.graph, t.precision) not in pre:
+                if gp not in inputs:
                     real = _real_inputs(loaded, m, prep)
                     samples = (real or _generated(m, prep)) if t.precision != "fp16" else None
-                    chash = calibration_hash(samples) if samples is not None else None
-                    t0 = time.monotonic()
-                    precompiled = route.precompile(prep, t.precision, samples, chash)
-                    pre[(t.graph, t.precision)] = (real, samples, chash, precompiled)
-                    precompile_seconds += time.monotonic() - t0
-                real, samples, chash, precompiled = pre[(t.graph, t.precision)]
+                    inputs[gp] = (real, samples, calibration_hash(samples) if samples is not None else None)
+                real, samples, chash = inputs[gp]
                 key = target_key(t, prep, backend, sdk, chash)
+                hit = None if force else _cached(out, cache / "targets", t, key)
+                if hit is not None:
+                    records[t.id] = hit
+                    progress.finished(hit)
+                    continue
+                if gp not in precompiled:  # chip-independent work, only when some chip needs it
+                    t0 = time.monotonic()
+                    precompiled[gp] = route.precompile(prep, t.precision, samples, chash)
+                    precompile_seconds += time.monotonic() - t0
             except QnnReleaseError as e:
                 records[t.id] = _failed(t, e)
                 progress.finished(records[t.id])
-                continue
-            hit = None if force else _cached(out, cache / "targets", t, key)
-            if hit is not None:
-                records[t.id] = hit
-                progress.finished(hit)
                 continue
             specs.append(TargetSpec(
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
                 prepared=prep, backend=backend, key=key, out=out, store=cache / "targets", seed=m.calibration.seed,
                 verify_samples=(real or samples or [])[:4] or None, calibration=samples, calibration_hash=chash,
-                precompiled=precompiled))
+                precompiled=precompiled[gp]))
 
     interrupted = False
     try:

@@ -65,9 +65,8 @@ def _split(release: str) -> tuple[str, str]:
 class _Downloader:
     def __init__(self, gh: GitHub, release: dict, token: str | None):
         self.gh, self.token = gh, token
-        self.assets = {a["name"]: a for a in release.get("assets", [])}
-        if release.get("assets_url") and len(self.assets) >= 30:  # the release object lists only some
-            self.assets = {a["name"]: a for a in gh.assets(release["id"])}
+        # the release object may list only some assets: page through all of them
+        self.assets = {a["name"]: a for a in gh.assets(release["id"])}
 
     def url(self, name: str) -> tuple[str, dict]:
         a = self.assets.get(name)

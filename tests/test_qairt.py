@@ -66,6 +66,14 @@ def test_qairt_converts_once_and_compiles_per_chip(tmp_path, sdk):
     assert "16 KB" not in lib_log  # LDFLAGS carried the 16 KB page flag, so the tool did not warn
     w8 = next(t for t in rep["targets"] if t["precision"] == "w8a16")
     assert w8["calibration_sha256"] and "--input_list" in (out / w8["id"] / "logs" / "converter.log").read_text()
+    # all targets cached: the converter does not run again (as in the release job, fed from the store)
+    import shutil
+
+    for p in (tmp_path / "cache" / "work" / "prepared").rglob("qairt-*"):
+        shutil.rmtree(p)
+    r, rep, _ = _build(tmp_path, sdk, matrix)
+    assert r.returncode == 0 and {t["status"] for t in rep["targets"]} == {"cached"}
+    assert not list((tmp_path / "cache" / "work" / "prepared").rglob("qairt-*"))
 
 
 def test_qairt_rejected_op_fails_with_the_node_named(tmp_path, sdk):
