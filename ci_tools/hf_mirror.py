@@ -24,4 +24,7 @@ def mirror(dist: Path, repo: str, tag: str, *, dry_run: bool = False, api=None) 
     except HfHubHTTPError as e:
         raise PublishError(f"Hugging Face mirror {repo}: {str(e).splitlines()[0][:200]}",
                            hint="check HF_TOKEN (write access) and the repo id") from None
+    except (OSError, ValueError) as e:  # connection errors, unexpected answers
+        raise PublishError(f"Hugging Face mirror {repo}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                           hint="check HF_ENDPOINT and the network") from None
     return f"mirrored {len(files)} files to {repo} in one commit {getattr(info, 'oid', '')}"

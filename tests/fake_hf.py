@@ -4,7 +4,11 @@ and for PyPI's JSON API.
 Hub contract followed (what huggingface_hub relies on): ``HEAD``/``GET /{repo}/resolve/{revision}/{file}``
 answering ``X-Repo-Commit``, ``X-Linked-Etag`` (the sha256 of an LFS file), ``X-Linked-Size`` and
 ``ETag``; ``GET /api/models/{repo}/tree/{revision}`` listing files with their ``lfs.oid``;
-``X-Error-Code: EntryNotFound`` / ``RepoNotFound`` with 404s. PyPI: ``GET /pypi/{name}/json``.
+``X-Error-Code: EntryNotFound`` / ``RepoNotFound`` with 404s; uploads through
+``POST /api/models/{repo}/preupload/{revision}`` (this stand-in answers uploadMode "regular" for
+every file: it does not implement the LFS/Xet transfer the real Hub asks for large binaries) and
+``POST /api/models/{repo}/commit/{revision}`` (NDJSON: header, then base64 files), which needs the
+token. PyPI: ``GET /pypi/{name}/json``.
 A file can be served corrupted (same size, other bytes) to test checksum handling.
 """
 
@@ -24,6 +28,8 @@ class HubState:
         self.corrupt: set[str] = set()
         self.pypi: dict[str, list[str]] = {}
         self.log: list[tuple[str, str]] = []
+        self.token = "hf_test_token_0123456789"
+        self.commits: list[dict] = []
 
     def add_file(self, repo: str, name: str, data: bytes) -> str:
         r = self.repos.setdefault(repo, {"files": {}})
@@ -58,6 +64,38 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self._handle()
+
+    def do_POST(self):
+        path = unquote(urlparse(self.path).path)
+        self.st.log.append(("POST", path))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.headers.get("Authorization") != f"Bearer {self.st.token}":
+            return self._send(401, {"error": "Invalid credentials"}, {"X-Error-Code": "Unauthorized"})
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/preupload/([^/]+)", path)
+        if m:
+            files = json.loads(body)["files"]
+            return self._send(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                                               "oid": None} for f in files]}, {"Content-Type": "application/json"})
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/commit/([^/]+)", path)
+        if m:
+            import base64
+
+            items = [json.loads(line) for line in body.splitlines() if line.strip()]
+            if not items or items[0]["key"] != "header":
+                return self._send(400, {"error": "the first NDJSON line must be the header"})
+            added = {}
+            for item in items[1:]:
+                if item["key"] != "file" or item["value"].get("encoding") != "base64":
+                    return self._send(400, {"error": f"unsupported commit item {item['key']}"})
+                added[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+            commit = None
+            for name, data in added.items():
+                commit = self.st.add_file(m[1], name, data)
+            self.st.commits.append({"repo": m[1], "summary": items[0]["value"]["summary"], "files": sorted(added)})
+            base = f"http://127.0.0.1:{self.server.server_address[1]}"
+            return self._send(200, {"commitUrl": f"{base}/{m[1]}/commit/{commit}", "commitOid": commit,
+                                    "pullRequestUrl": None}, {"Content-Type": "application/json"})
+        return self._send(404, {"error": f"no route POST {path}"})
 
     def _handle(self):
         path = unquote(urlparse(self.path).path)

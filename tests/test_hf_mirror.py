@@ -1,14 +1,15 @@
-"""The Hugging Face mirror: every asset in ONE commit under <tag>/ (huggingface_hub's create_commit).
+"""The Hugging Face mirror: every asset in ONE commit under <tag>/ (huggingface_hub's create_commit),
+over HTTP against tests/fake_hf.py (HF_ENDPOINT), next to the GitHub publish."""
 
-The Hub's commit endpoint cannot be reached here; this checks what qnn-release asks of the
-library, with an object that records the call in place of ``HfApi``.
-"""
-
+import os
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd
 
 from ci_tools.hf_mirror import mirror
+from tests.conftest import run_cli
+from tests.fake_github import FakeGitHub
+from tests.fake_hf import FakeHub
 from tests.release_fixture import make_release
 
 
@@ -33,3 +34,22 @@ def test_mirror_commits_every_asset_once(tmp_path):
     assert call["repo_id"] == "acme/qnn-models" and "abc123" in text
     assert Path(ops[0].path_or_fileobj).is_file()
     assert mirror(folder, "acme/qnn-models", "v3.0.0", dry_run=True).startswith("would commit")
+
+
+def test_publish_mirrors_to_a_hub_in_one_commit_over_http(tmp_path):
+    folder = make_release(tmp_path / "rel", "v1.0.0")
+    with FakeGitHub() as gh, FakeHub() as hub:
+        env = {**os.environ, "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token, "HF_ENDPOINT": hub.url,
+               "HF_TOKEN": hub.state.token, "HF_HUB_DISABLE_TELEMETRY": "1"}
+        r = run_cli("--verbose", "publish", str(folder), "--repo", "acme/models", "--tag", "v1.0.0",
+                    "--hf-repo", "acme/qnn-models", env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert hub.state.token not in r.stdout + r.stderr and gh.state.token not in r.stdout + r.stderr
+        (commit,) = hub.state.commits
+        files = hub.state.repos["acme/qnn-models"]["files"]
+        local = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        assert commit["files"] == sorted(f"v1.0.0/{n}" for n in local)
+        assert all(files[f"v1.0.0/{n}"] == data for n, data in local.items())
+        r = run_cli("publish", str(folder), "--repo", "acme/models", "--tag", "v1.0.0", "--hf-repo", "acme/qnn-models",
+                    env={**env, "HF_TOKEN": "hf_wrong"})
+        assert r.returncode == 10 and "Hugging Face mirror" in r.stderr and "hf_wrong" not in r.stderr
