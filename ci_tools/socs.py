@@ -52,8 +52,10 @@ class Soc(_Frozen):
         return f"v{self.htp_arch}"
 
     def as_dict(self) -> dict:
+        """As in the catalog table: htp_arch "v79" (the number stays in htp_arch_number)."""
         d = self.model_dump()
-        d["dsp_arch"] = self.arch
+        d["htp_arch_number"] = self.htp_arch
+        d["htp_arch"] = d["dsp_arch"] = self.arch
         return d
 
 

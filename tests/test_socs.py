@@ -15,7 +15,8 @@ def test_socs_json_lists_catalog_ids():
     assert r.returncode == 0, r.stderr
     socs = {s["name"]: s for s in json.loads(r.stdout)["socs"]}
     for name, (soc_model, arch) in EXPECTED.items():
-        assert (socs[name]["soc_model"], socs[name]["dsp_arch"]) == (soc_model, arch)
+        assert (socs[name]["soc_model"], socs[name]["htp_arch"]) == (soc_model, arch)
+        assert socs[name]["htp_arch_number"] == int(arch[1:])
     assert socs["SM8350"]["fp16"] is False
     assert socs["SM8350"]["disputed"] == {"sherpa": 35}
 
