@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import QnnReleaseError, UsageError
+from .errors import QnnReleaseError
 
 
 def _matrix_arg(p: argparse.ArgumentParser) -> None:
@@ -195,19 +195,13 @@ def _stop_on_sigterm() -> None:
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    if threading_main():
-        signal.signal(signal.SIGTERM, stop)
-
-
-def threading_main() -> bool:
     import threading
 
-    return threading.current_thread() is threading.main_thread()
+    if threading.current_thread() is threading.main_thread():  # signal handlers only go there
+        signal.signal(signal.SIGTERM, stop)
 
 
 def _error(text: str) -> None:
     red = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
     print(f"\033[31mqnn-release: error:\033[0m {text}" if red else f"qnn-release: error: {text}", file=sys.stderr)
 
-
-__all__ = ["main", "UsageError"]
