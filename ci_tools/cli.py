@@ -17,6 +17,15 @@ def _matrix_arg(p: argparse.ArgumentParser) -> None:
                    help="the matrix file (default: matrix/models.yaml of this repository)")
 
 
+def _target_filters(p: argparse.ArgumentParser) -> None:
+    """The matrix and the filters that pick targets from it (plan, build)."""
+    _matrix_arg(p)
+    p.add_argument("--model")
+    p.add_argument("--soc", help="a chip or a group")
+    p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
+    p.add_argument("--graph", help="only this graph of the model(s)")
+
+
 def cmd_socs(args: argparse.Namespace) -> int:
     from .report import table
     from .socs import load_catalog
@@ -57,7 +66,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .report import table
 
     loaded = load_matrix(args.matrix)
-    targets = plan(loaded, model=args.model, soc=args.soc, precision=args.precision)
+    targets = plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph)
     if args.json:
         print(json.dumps({"matrix": str(loaded.path), "count": len(targets),
                           "targets": [t.as_dict() for t in targets]}, indent=2))
@@ -129,10 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_socs)
 
     p = sub.add_parser("plan", help="expand the matrix into targets (model, graph, chip, precision)")
-    _matrix_arg(p)
-    p.add_argument("--model")
-    p.add_argument("--soc", help="a chip or a group")
-    p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
+    _target_filters(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
@@ -150,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import cli_build
 
-    cli_build.register(sub, _matrix_arg)
+    cli_build.register(sub, _matrix_arg, _target_filters)
     from . import cli_release, cli_sdk
 
     cli_release.register(sub)

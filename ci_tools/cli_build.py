@@ -55,13 +55,9 @@ def _package_args(p) -> None:
                    help='numbers measured on devices, JSON {"model/SOC/precision": {...}}, into metadata.json')
 
 
-def register(sub, matrix_arg) -> None:
+def register(sub, matrix_arg, target_filters) -> None:
     p = sub.add_parser("build", help="prepare, compile and verify every target of the matrix")
-    matrix_arg(p)
-    p.add_argument("--model")
-    p.add_argument("--soc", help="a chip or a group")
-    p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
-    p.add_argument("--graph", help="only this graph of the model(s)")
+    target_filters(p)
     p.add_argument("--backend", default="ort", help="compile route: ort (default) or qairt")
     p.add_argument("-j", "--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
                    help="targets compiled at once, each in its own process")
