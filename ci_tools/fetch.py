@@ -85,12 +85,9 @@ class _Downloader:
             if have:
                 headers = {**headers, "Range": f"bytes={have}-"}
             try:
-                with self.gh.request("GET", url, headers=headers, stream=True, ok=(200, 206, 416)) as r:
-                    if r.status_code == 416:  # we already have every byte
-                        pass
-                    elif r.status_code not in (200, 206):
-                        raise self.gh.fail(r, f"download {name}")
-                    else:
+                with self.gh.call("GET", url, f"download {name}", expect=(200, 206, 416), headers=headers,
+                                  stream=True) as r:
+                    if r.status_code != 416:  # 416: we already have every byte
                         mode = "ab" if r.status_code == 206 else "wb"
                         with open(part, mode) as f:
                             # small reads: what arrived before a dropped connection is kept for the resume

@@ -94,6 +94,14 @@ class GitHub:
     def _safe(self, url: str) -> str:
         return redact(url.split("?")[0], [self.token])
 
+    def call(self, method: str, url: str, what: str, *, expect: tuple[int, ...] = (200,),
+             **kw) -> requests.Response:
+        """``request`` that raises a one-line PublishError naming ``what`` unless the status is expected."""
+        r = self.request(method, url, ok=expect, **kw)
+        if r.status_code not in expect:
+            raise self.fail(r, what)
+        return r
+
     def fail(self, r: requests.Response, what: str) -> PublishError:
         try:
             msg = r.json().get("message", "")
@@ -108,9 +116,7 @@ class GitHub:
         """Follow ``Link: <...>; rel="next"`` headers."""
         next_url: str | None = f"{self.api}{url}{'&' if '?' in url else '?'}per_page=100"
         while next_url:
-            r = self.request("GET", next_url)
-            if r.status_code != 200:
-                raise self.fail(r, f"GET {self._safe(next_url)}")
+            r = self.call("GET", next_url, f"GET {self._safe(next_url)}")
             yield from r.json()
             next_url = r.links.get("next", {}).get("url")
 
@@ -130,22 +136,16 @@ class GitHub:
                        if rel.get("draft") and rel.get("tag_name") == tag), key=lambda rel: rel["id"])
 
     def create_draft(self, tag: str, name: str, body: str) -> dict:
-        r = self.request("POST", f"/repos/{self.repo}/releases",
-                         json={"tag_name": tag, "name": name, "body": body, "draft": True})
-        if r.status_code != 201:
-            raise self.fail(r, f"create draft release {tag}")
-        return r.json()
+        return self.call("POST", f"/repos/{self.repo}/releases", f"create draft release {tag}", expect=(201,),
+                         json={"tag_name": tag, "name": name, "body": body, "draft": True}).json()
 
     def delete_release(self, release_id: int) -> None:
-        r = self.request("DELETE", f"/repos/{self.repo}/releases/{release_id}", ok=(204, 404))
-        if r.status_code not in (204, 404):
-            raise self.fail(r, f"delete release {release_id}")
+        self.call("DELETE", f"/repos/{self.repo}/releases/{release_id}", f"delete release {release_id}",
+                  expect=(204, 404))
 
     def update_release(self, release_id: int, **fields: Any) -> dict:
-        r = self.request("PATCH", f"/repos/{self.repo}/releases/{release_id}", json=fields)
-        if r.status_code != 200:
-            raise self.fail(r, f"update release {release_id}")
-        return r.json()
+        return self.call("PATCH", f"/repos/{self.repo}/releases/{release_id}", f"update release {release_id}",
+                         json=fields).json()
 
     def assets(self, release_id: int) -> list[dict]:
         return list(self.paginate(f"/repos/{self.repo}/releases/{release_id}/assets"))
@@ -158,12 +158,9 @@ class GitHub:
                             headers={"Content-Type": content_type, "Content-Length": str(path.stat().st_size)})
 
     def rename_asset(self, asset_id: int, name: str) -> dict:
-        r = self.request("PATCH", f"/repos/{self.repo}/releases/assets/{asset_id}", json={"name": name})
-        if r.status_code != 200:
-            raise self.fail(r, f"rename asset {asset_id} to {name}")
-        return r.json()
+        return self.call("PATCH", f"/repos/{self.repo}/releases/assets/{asset_id}",
+                         f"rename asset {asset_id} to {name}", json={"name": name}).json()
 
     def delete_asset(self, asset_id: int) -> None:
-        r = self.request("DELETE", f"/repos/{self.repo}/releases/assets/{asset_id}", ok=(204, 404))
-        if r.status_code not in (204, 404):
-            raise self.fail(r, f"delete asset {asset_id}")
+        self.call("DELETE", f"/repos/{self.repo}/releases/assets/{asset_id}", f"delete asset {asset_id}",
+                  expect=(204, 404))

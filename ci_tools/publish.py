@@ -69,9 +69,8 @@ def _digest(gh: GitHub, asset: dict) -> str:
     if d.startswith("sha256:"):
         return d.split(":", 1)[1]
     # older servers have no digest field: hash the stored bytes
-    r = gh.request("GET", asset["url"], headers={"Accept": "application/octet-stream"}, stream=True)
-    if r.status_code != 200:
-        raise gh.fail(r, f"download asset {asset['name']}")
+    r = gh.call("GET", asset["url"], f"download asset {asset['name']}",
+                headers={"Accept": "application/octet-stream"}, stream=True)
     h = hashlib.sha256()
     for chunk in r.iter_content(1 << 20):
         h.update(chunk)

@@ -108,30 +108,22 @@ def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str
     if not changed:
         return "nothing changed: no pull request"
     gh = GitHub(repo, token=token, api_url=api_url)
-    head = gh.request("GET", f"/repos/{repo}/git/ref/heads/{base}")
-    if head.status_code != 200:
-        raise gh.fail(head, f"read branch {base}")
-    base_sha = head.json()["object"]["sha"]
-    commit = gh.request("GET", f"/repos/{repo}/git/commits/{base_sha}").json()
+    base_sha = gh.call("GET", f"/repos/{repo}/git/ref/heads/{base}", f"read branch {base}").json()["object"]["sha"]
+    commit = gh.call("GET", f"/repos/{repo}/git/commits/{base_sha}", f"read commit {base_sha}").json()
     entries = [{"path": p, "mode": "100644", "type": "blob", "content": (root / p).read_text()} for p in changed]
-    tree = gh.request("POST", f"/repos/{repo}/git/trees", json={"base_tree": commit["tree"]["sha"], "tree": entries})
-    if tree.status_code != 201:
-        raise gh.fail(tree, "create tree")
+    tree = gh.call("POST", f"/repos/{repo}/git/trees", "create tree", expect=(201,),
+                   json={"base_tree": commit["tree"]["sha"], "tree": entries})
     digest = hashlib.sha256("".join(e["path"] + e["content"] for e in entries).encode()).hexdigest()[:10]
     branch = f"qnn-release/sdk-bump-{digest}"
-    new = gh.request("POST", f"/repos/{repo}/git/commits", json={
+    new = gh.call("POST", f"/repos/{repo}/git/commits", "create commit", expect=(201,), json={
         "message": "Bump the QNN SDK versions (qnn-release sdk check-updates --apply)",
         "tree": tree.json()["sha"], "parents": [base_sha]})
-    if new.status_code != 201:
-        raise gh.fail(new, "create commit")
-    ref = gh.request("POST", f"/repos/{repo}/git/refs", ok=(201, 422),
-                     json={"ref": f"refs/heads/{branch}", "sha": new.json()["sha"]})
-    if ref.status_code == 422:
-        ref = gh.request("PATCH", f"/repos/{repo}/git/refs/heads/{branch}", json={"sha": new.json()["sha"],
-                                                                                 "force": True})
-        if ref.status_code != 200:
-            raise gh.fail(ref, f"update branch {branch}")
-    pr = gh.request("POST", f"/repos/{repo}/pulls", ok=(201, 422), json={
+    ref = gh.call("POST", f"/repos/{repo}/git/refs", f"create branch {branch}", expect=(201, 422),
+                  json={"ref": f"refs/heads/{branch}", "sha": new.json()["sha"]})
+    if ref.status_code == 422:  # the branch exists from an earlier run: move it
+        gh.call("PATCH", f"/repos/{repo}/git/refs/heads/{branch}", f"update branch {branch}",
+                json={"sha": new.json()["sha"], "force": True})
+    pr = gh.call("POST", f"/repos/{repo}/pulls", "open pull request", expect=(201, 422), json={
         "title": "Bump the QNN SDK", "head": branch, "base": base,
         "body": "Opened by `qnn-release sdk open-pr`. Changed:\n" + "\n".join(f"- `{p}`" for p in changed)
                 + "\n\nThe checks of this pull request rebuild every model with the new SDK."})
