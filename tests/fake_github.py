@@ -16,8 +16,10 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
+
+from tests.local_server import LocalServer
 
 
 class State:
@@ -335,21 +337,9 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
 
-class FakeGitHub:
+class FakeGitHub(LocalServer):
     def __init__(self, token: str = "ghp_test_token_0123456789", page_size: int = 2):
-        self.state = State(token, page_size)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.state = self.state  # type: ignore[attr-defined]
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeGitHub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, State(token, page_size))
 
     def fault(self, method: str, path: str, action: str, count: int = 1, **kw) -> None:
         self.state.faults.append({"method": method, "path": path, "action": action, "count": count, **kw})

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
+
+from tests.local_server import LocalServer
 
 
 class HubState:
@@ -136,18 +137,6 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(404, {"error": f"no route {path}"})
 
 
-class FakeHub:
+class FakeHub(LocalServer):
     def __init__(self):
-        self.state = HubState()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.state = self.state  # type: ignore[attr-defined]
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeHub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, HubState())

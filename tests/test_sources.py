@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 
 import pytest
 
@@ -14,6 +13,7 @@ from ci_tools.matrix import Model, UrlSource
 from ci_tools.sources import SourceStore
 from tests import models
 from tests.fake_hf import FakeHub
+from tests.local_server import LocalServer
 
 
 def _model(source) -> Model:
@@ -58,10 +58,8 @@ def test_url_source(tmp_path, onnx_bytes):
         def log_message(self, *a):
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(served)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/m.onnx"
+    with LocalServer(functools.partial(Quiet, directory=str(served))) as server:
+        url = f"{server.url}/m.onnx"
         sha = hashlib.sha256(onnx_bytes).hexdigest()
         files = SourceStore(tmp_path / "c", tmp_path).fetch(_model({"kind": "url", "url": url, "sha256": sha}))
         assert files["m.onnx"].read_bytes() == onnx_bytes
@@ -69,7 +67,4 @@ def test_url_source(tmp_path, onnx_bytes):
             SourceStore(tmp_path / "c2", tmp_path).fetch(_model({"kind": "url", "url": url, "sha256": "1" * 64}))
         with pytest.raises(SourceError, match="download failed"):
             SourceStore(tmp_path / "c3", tmp_path).fetch(_model({"kind": "url", "url": url + "x", "sha256": sha}))
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert isinstance(_model({"kind": "url", "url": "https://x/y.onnx", "sha256": sha}).source, UrlSource)
