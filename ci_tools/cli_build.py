@@ -1,4 +1,4 @@
-"""``qnn-release build``."""
+"""``qnn-release build`` and ``qnn-release package``."""
 
 from __future__ import annotations
 
@@ -12,17 +12,12 @@ from .errors import BuildFailed, UsageError
 def cmd_build(args: argparse.Namespace) -> int:
     from .build import build, summary
     from .matrix import load_matrix
-    from .progress import Progress
 
     if args.jobs < 1:
         raise UsageError(f"-j {args.jobs}: expected at least 1 worker")
     loaded = load_matrix(args.matrix)
-    from .plan import plan
-
-    total = len(plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph))
     report = build(loaded, out=args.out, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
-                   backend=args.backend, jobs=args.jobs, force=args.force,
-                   cache=args.cache, progress=Progress(total))
+                   backend=args.backend, jobs=args.jobs, force=args.force, cache=args.cache)
     print(summary(report))
     if args.package and not report.failed:
         cmd_package(args)
