@@ -47,6 +47,7 @@ class BuildReport:
     seconds: float
     interrupted: bool = False
     timings: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)
 
     @property
     def failed(self) -> list[dict]:
@@ -117,9 +118,17 @@ def _sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
     return out, key
 
 
-def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str | None = None,
-          precision: str | None = None, graph: str | None = None, backend: str = "ort", jobs: int = 1,
-          force: bool = False, cache: Path | None = None, progress: Progress | None = None) -> BuildReport:
+def build(loaded: LoadedMatrix, *, out: Path, model=None, soc=None, precision=None, graph=None,
+          backend: str = "ort", jobs: int = 1, force: bool = False, cache: Path | None = None,
+          progress: Progress | None = None, precompile_only: bool = False, from_store: bool = False) -> BuildReport:
+    """Build the targets the filters pick (each filter a value or a list of values that add up).
+
+    ``precompile_only``: fetch, prepare and run the chip-independent work (quantize / convert /
+    model libraries) for every graph and precision, compile nothing: what a release's precompile
+    job does once, for the chip jobs to consume. ``from_store``: every target must already be
+    built (in ``out`` or the target store); a missing one fails the build naming it, nothing is
+    compiled (the publish job of a release).
+    """
     started = time.monotonic()
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     targets = plan(loaded, model=model, soc=soc, precision=precision, graph=graph)
@@ -132,7 +141,8 @@ def build(loaded: LoadedMatrix, *, out: Path, model: str | None = None, soc: str
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
         _remove_temporaries(out)
-        return _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when)
+        return _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
+                      precompile_only, from_store)
 
 
 @contextlib.contextmanager
@@ -156,11 +166,14 @@ def _remove_temporaries(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when) -> BuildReport:
+def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
+           precompile_only=False, from_store=False) -> BuildReport:
     work = cache / "work"
     store = SourceStore(cache, loaded.root)
 
     records: dict[str, dict] = {}
+    missing: list[str] = []  # --from-store: targets that would need a compile
+    done: list[dict] = []  # --precompile-only: what was converted
     prepared_records: list[dict] = []
     specs: list[TargetSpec] = []
     prepare_seconds = precompile_seconds = 0.0
@@ -187,6 +200,8 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         inputs: dict[tuple[str, str], tuple[list | None, list | None, str | None]] = {}
         precompiled: dict[tuple[str, str], Path | None] = {}
         for t in model_targets:
+            if precompile_only and (t.graph, t.precision) in precompiled:
+                continue
             prep, gp = preps[t.graph], (t.graph, t.precision)
             try:
                 if gp not in inputs:
@@ -195,7 +210,10 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                     inputs[gp] = (real, samples, calibration_hash(samples) if samples is not None else None)
                 real, samples, chash = inputs[gp]
                 key = target_key(t, prep, backend, sdk, chash)
-                hit = None if force else _cached(out, cache / "targets", t, key)
+                hit = None if force or precompile_only else _cached(out, cache / "targets", t, key)
+                if hit is None and from_store:
+                    missing.append(t.id)
+                    continue
                 if hit is not None:
                     records[t.id] = hit
                     progress.finished(hit)
@@ -204,6 +222,10 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                     t0 = time.monotonic()
                     precompiled[gp] = route.precompile(prep, t.precision, samples, chash)
                     precompile_seconds += time.monotonic() - t0
+                    if precompile_only:
+                        done.append({"model": m.name, "graph": t.graph, "precision": t.precision,
+                                     "precompile_run": _precompile_run(precompiled[gp])})
+                        continue
             except QnnReleaseError as e:
                 records[t.id] = _failed(t, e)
                 progress.finished(records[t.id])
@@ -212,8 +234,17 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
                 prepared=prep, backend=backend, key=key, out=out, store=cache / "targets", seed=m.calibration.seed,
                 verify_samples=(real or samples or [])[:4] or None, calibration=samples, calibration_hash=chash,
-                precompiled=precompiled[gp]))
+                precompiled=precompiled[gp], precompile_run=_precompile_run(precompiled[gp])))
 
+    if missing:
+        from .errors import PackageError
+
+        raise PackageError(f"{len(missing)} target(s) are not in the downloaded store: {', '.join(missing[:6])}"
+                           + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
+                           hint="their chip jobs failed or their artifacts were not downloaded: re-run the failed "
+                                "jobs (--from-store never compiles)")
+    if precompile_only:
+        return _precompile_report(loaded, out, backend, sdk, prepared_records, done, records, started, when)
     interrupted = False
     try:
         for record in _run_all(specs, jobs, progress):
@@ -235,14 +266,52 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         "emulator": round(sum(r.get("emulator_seconds_total", 0) or 0 for r in ordered if r["status"] == "ok"), 3),
         "jobs": jobs,
     }
+    report.work = work_ratio(ordered)
     write_json(report.path, {
         "version": 1, "toolkit": f"qnn-release {__version__}", "matrix": str(loaded.path), "backend": backend,
         "sdk_version": sdk, "started": when, "status": "interrupted" if interrupted else
         ("failed" if report.failed else "ok"), "timings": report.timings,
-        "prepared": prepared_records, "targets": ordered,
+        "work": report.work, "prepared": prepared_records, "targets": ordered,
     })
     if interrupted:
         raise KeyboardInterrupt
+    return report
+
+
+def _precompile_run(path: Path | None) -> str | None:
+    """The id of the conversion run that made ``path`` (a backend writes it in done.json), if any."""
+    if path is None or not (path / "done.json").is_file():
+        return None
+    try:
+        return json.loads((path / "done.json").read_text()).get("run_id")
+    except (OSError, ValueError):
+        return None
+
+
+def work_ratio(records: list[dict]) -> dict:
+    """How often the chip-independent conversion ran per graph and precision (1.0: once, as it should).
+
+    Counted from the targets themselves: each carries the id of the conversion run it was compiled
+    from, so a release whose chip jobs each converted again shows a ratio of the chip count.
+    """
+    runs: dict[tuple[str, str, str], set[str]] = {}
+    for r in records:
+        if r.get("precompile_run"):
+            runs.setdefault((r["model"], r["graph"], r["precision"]), set()).add(r["precompile_run"])
+    total = sum(len(v) for v in runs.values())
+    return {"converter_runs": total, "graph_precisions": len(runs),
+            "converter_runs_per_graph": round(total / len(runs), 3) if runs else None}
+
+
+def _precompile_report(loaded, out, backend, sdk, prepared_records, done, records, started, when) -> BuildReport:
+    failed = list(records.values())
+    report = BuildReport(records=failed, prepared=prepared_records, path=out / "precompile-report.json",
+                         backend=backend, sdk_version=sdk, seconds=round(time.monotonic() - started, 3))
+    write_json(report.path, {"version": 1, "toolkit": f"qnn-release {__version__}", "matrix": str(loaded.path),
+                             "backend": backend, "sdk_version": sdk, "started": when,
+                             "status": "failed" if failed else "ok", "precompiled": done,
+                             "prepared": prepared_records, "failed": failed})
+    report.work = {"precompiled": done}
     return report
 
 

@@ -20,10 +20,11 @@ def _matrix_arg(p: argparse.ArgumentParser) -> None:
 def _target_filters(p: argparse.ArgumentParser) -> None:
     """The matrix and the filters that pick targets from it (plan, build)."""
     _matrix_arg(p)
-    p.add_argument("--model")
-    p.add_argument("--soc", help="a chip or a group")
-    p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
-    p.add_argument("--graph", help="only this graph of the model(s)")
+    # repeated filters add up: --soc SM8550 --soc SM8750 builds both
+    p.add_argument("--model", action="append", help="a model (repeat for several)")
+    p.add_argument("--soc", action="append", help="a chip or a group (repeat for several)")
+    p.add_argument("--precision", action="append", choices=["fp16", "w8a16", "int8"], help="repeatable")
+    p.add_argument("--graph", action="append", help="only this graph of the model(s) (repeatable)")
 
 
 def cmd_socs(args: argparse.Namespace) -> int:
@@ -123,6 +124,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    from .image import image
+    from .matrix import load_matrix
+
+    print("\n".join(image(load_matrix(args.matrix), args.owner).outputs()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qnn-release", description="Compile ONNX models into Qualcomm QNN HTP context binaries for every "
@@ -153,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="fail with a diff when committed workflows are stale")
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("image", help="the SDK image's immutable reference (refuses an unpinned SDK)")
+    _matrix_arg(p)
+    p.add_argument("--owner", required=True, help="the repository owner (GITHUB_REPOSITORY_OWNER)")
+    p.set_defaults(func=cmd_image)
 
     from . import cli_build
 

@@ -16,8 +16,22 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"-j {args.jobs}: expected at least 1 worker")
     loaded = load_matrix(args.matrix)
+    if args.precompile_only and (args.package or args.from_store):
+        raise UsageError("--precompile-only compiles nothing: it cannot be combined with --package or --from-store")
     report = build(loaded, out=args.out, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
-                   backend=args.backend, jobs=args.jobs, force=args.force, cache=args.cache)
+                   backend=args.backend, jobs=args.jobs, force=args.force, cache=args.cache,
+                   precompile_only=args.precompile_only, from_store=args.from_store)
+    if args.precompile_only:
+        for d in report.work["precompiled"]:
+            print(f"precompiled {d['model']}.{d['graph']} {d['precision']}")
+        for r in report.failed:
+            print(f"FAILED {r['id']}: {r['error']}")
+        print(f"{len(report.work['precompiled'])} graph x precision converted, {len(report.failed)} failed; "
+              f"report: {report.path}")
+        if report.failed:
+            raise BuildFailed(f"{len(report.failed)} target(s) could not be precompiled",
+                              hint=f"details in {report.path}")
+        return 0
     print(summary(report))
     if args.package and not report.failed:
         cmd_package(args)
@@ -33,7 +47,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     from .package import package
 
     result = package(args.out, tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous, matrix=args.matrix,
-                     device_numbers=args.device_numbers)
+                     device_numbers=args.device_numbers, require_verified=args.require_verified)
     for a in result.assets:
         print(f"{a['sha256'][:12]}  {a['size'] / 1e6:8.2f} MB  {a['name']}")
     print(f"\n{len(result.assets)} assets, manifest.json and SHA256SUMS in {result.release}"
@@ -46,6 +60,8 @@ def _package_args(p) -> None:
     p.add_argument("--qnn-sdk", type=Path, default=os.environ.get("QNN_SDK_ROOT") or None,
                    help="QAIRT SDK tree for qnn-libs-<version>.tar.bz2 (default: $QNN_SDK_ROOT)")
     p.add_argument("--previous", type=Path, help="the previous release's manifest.json, for the changes")
+    p.add_argument("--require-verified", action="store_true",
+                   help="refuse targets that were never run on the HTP emulator (the release workflow sets it)")
     p.add_argument("--device-numbers", type=Path,
                    help='numbers measured on devices, JSON {"model/SOC/precision": {...}}, into metadata.json')
 
@@ -59,6 +75,12 @@ def register(sub, matrix_arg, target_filters) -> None:
     p.add_argument("--out", type=Path, default=Path("dist"))
     p.add_argument("--cache", type=Path, default=None, help="sources, prepared graphs (default ~/.cache/qnn-release)")
     p.add_argument("--force", action="store_true", help="rebuild targets even when cached")
+    p.add_argument("--precompile-only", action="store_true",
+                   help="fetch, prepare and convert once per graph and precision; compile for no chip "
+                        "(a release's precompile job)")
+    p.add_argument("--from-store", action="store_true",
+                   help="never compile: every target must already be in --out or the target store "
+                        "(a release's publish job); a missing one is an error naming it")
     p.add_argument("--package", action="store_true", help="package the release when every target is ok")
     _package_args(p)
     p.set_defaults(func=cmd_build)

@@ -36,6 +36,10 @@ class SdkInfo(_M):
     route: Literal["ort", "qairt"]
     qnn_version: str = Field(description="QNN/QAIRT version with build id, as the binary records it")
     tool: str = Field(description="the toolchain package, e.g. onnxruntime-qnn 2.7.0 or QAIRT 2.40.0.251030")
+    sdk_sha256: str | None = Field(default=None, description="sha256 of the QAIRT SDK zip the binaries were "
+                                   "compiled with (qairt route), as recorded when it was fetched")
+    image: str | None = Field(default=None, description="the container image the binaries were compiled in "
+                              "(name:tag@sha256:...), when built in CI")
 
 
 class ModelInfo(_M):

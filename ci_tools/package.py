@@ -57,6 +57,24 @@ def compiled_for(ctx: Path) -> dict:
     raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")
 
 
+def version_core(version: str | None) -> str | None:
+    """``major.minor.patch.build`` of a QNN version, whatever build stamp follows (v2.40.0.251030123456_1)."""
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)\.(\d{6})", version or "")
+    return ".".join(m.groups()) if m else None
+
+
+def sdk_sha256(root: Path) -> str | None:
+    """The sha256 of the zip an SDK tree was unpacked from, as ``sdk fetch`` recorded it beside the tree."""
+    from .sdk import MARKER
+
+    try:
+        return json.loads((root / MARKER).read_text()).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
 def _git_commit() -> str | None:
     from .paths import REPO_ROOT
 
@@ -101,7 +119,7 @@ def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, byte
 
 def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
             matrix: Path | None = None, notes_dir: Path | None = None,
-            device_numbers: Path | None = None) -> PackageResult:
+            device_numbers: Path | None = None, require_verified: bool = False) -> PackageResult:
     report_path = out / "build-report.json"
     try:
         report = json.loads(report_path.read_text())
@@ -127,6 +145,11 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     if not complete:
         raise PackageError(f"{report_path}: no model has every graph built for any chip",
                            hint="fix the failed targets and build again")
+    unverified = [r["id"] for records in complete.values() for r in records if not r.get("verified")]
+    if require_verified and unverified:
+        raise PackageError(f"--require-verified: {len(unverified)} target(s) were never run on the HTP emulator: "
+                           + ", ".join(unverified[:6]) + (" ..." if len(unverified) > 6 else ""),
+                           hint="build them with a route that has an emulator (qnn-net-run in the SDK, or ort)")
 
     # the consistency gate: compiled SDK and chip, read back from every binary's stub
     offenders, sdks, archs = [], set(), set()
@@ -150,13 +173,21 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                 offenders.append(f"{r['id']}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
                                  f"not {soc.name} ({soc.arch}/{soc.soc_model})")
     libs_ver = libs_version(qnn_sdk) if qnn_sdk else None
+    if qnn_sdk and not version_core(libs_ver):
+        raise PackageError(f"--qnn-sdk {qnn_sdk}: cannot tell its QNN version from the folder name",
+                           hint="point it at qairt/<major.minor.patch.build>")
+    libs_sha = sdk_sha256(qnn_sdk) if qnn_sdk else None
     for records in complete.values():
         for r in records:
             sdk = r.get("_sdk")
             if sdk is None:
                 continue
-            if libs_ver and not sdk.startswith(libs_ver) and not libs_ver.startswith(sdk):
-                offenders.append(f"{r['id']}: compiled with QNN {sdk}, the release ships qnn-libs-{libs_ver}")
+            if libs_ver and version_core(sdk) != version_core(libs_ver):
+                offenders.append(f"{r['id']}: compiled with QNN {sdk or '(no version)'}, "
+                                 f"the release ships qnn-libs-{libs_ver}")
+            elif libs_sha and r.get("sdk_sha256") and r["sdk_sha256"] != libs_sha:
+                offenders.append(f"{r['id']}: compiled with the SDK zip sha256 {r['sdk_sha256'][:12]}..., the "
+                                 f"qnn-libs come from {libs_sha[:12]}... (same version string, other content)")
     if not libs_ver and len(sdks) > 1:
         offenders.append(f"binaries of several SDK versions in one release: {', '.join(sorted(sdks))}")
     if offenders:
@@ -177,7 +208,8 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         for (model_name, soc_name, precision), records in sorted(complete.items()):
             model, soc = loaded.matrix.model(model_name), loaded.catalog.get(soc_name)
             sdk = records[0]["_sdk"]
-            stem = f"{model_name}-{soc_name.lower()}-{precision}-qnn{sdk}"
+            # asset names carry the pinned version (major.minor.patch.build), not a binary's build stamp
+            stem = f"{model_name}-{soc_name.lower()}-{precision}-qnn{version_core(sdk) or sdk}"
             members: list[tuple[str, Path | bytes]] = []
             graphs, numbers, preps = [], {}, []
             by_graph = {r["graph"]: r for r in records}
@@ -210,7 +242,8 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                 "toolkit_commit": _git_commit(), "created": max(r.get("created", "") for r in records) or None,
                 "chip": {"name": soc.name, "marketing": soc.marketing, "soc_model": soc.soc_model,
                          "htp_arch": soc.arch, "vtcm_mb": soc.vtcm_mb, "aliases": soc.aliases},
-                "sdk": {"route": records[0]["backend"], "qnn_version": sdk, "tool": report["sdk_version"]},
+                "sdk": {"route": records[0]["backend"], "qnn_version": sdk, "tool": report["sdk_version"],
+                        "sdk_sha256": records[0].get("sdk_sha256"), "image": records[0].get("image")},
                 "model": _source_info(model, preps), "graphs": graphs,
                 "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
                                  "calibration_sha256": records[0].get("calibration_sha256")},
@@ -226,6 +259,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                            "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
                            "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
                            "graphs": [g["name"] for g in graphs], "qnn_libs": libs_name,
+                           "verified": all(r.get("verified") for r in records),
                            "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
                            "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)})
         for a in assets:
@@ -233,6 +267,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
         manifest = {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}",
                     "sdk_versions": sorted({a["sdk_version"] for a in assets}),
+                    "images": sorted({r["image"] for rs in complete.values() for r in rs if r.get("image")}),
                     "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
         notes_path = None
         if tag:

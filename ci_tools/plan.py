@@ -26,22 +26,42 @@ class Target:
                 "soc_model": self.soc.soc_model, "htp_arch": self.soc.arch, "precision": self.precision}
 
 
-def plan(loaded: LoadedMatrix, model: str | None = None, soc: str | None = None,
-         precision: str | None = None, graph: str | None = None) -> list[Target]:
+Filter = str | list[str] | tuple[str, ...] | None
+
+
+def _many(value: Filter) -> list[str] | None:
+    """A filter given once or several times (``--soc A --soc B``): every value adds targets."""
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+def plan(loaded: LoadedMatrix, model: Filter = None, soc: Filter = None,
+         precision: Filter = None, graph: Filter = None) -> list[Target]:
     matrix, catalog = loaded.matrix, loaded.catalog
     models = matrix.models
-    if model is not None:
-        models = [m for m in models if m.name == model]
-        if not models:
-            raise UsageError(f"--model {model}: no such model in {loaded.path}",
-                             hint=did_you_mean(model, [m.name for m in matrix.models]) or
-                             f"models: {', '.join(m.name for m in matrix.models)}")
+    model_names, soc_names, precisions, graphs = _many(model), _many(soc), _many(precision), _many(graph)
+    if model_names is not None:
+        for name in model_names:
+            if not any(m.name == name for m in matrix.models):
+                raise UsageError(f"--model {name}: no such model in {loaded.path}",
+                                 hint=did_you_mean(name, [m.name for m in matrix.models]) or
+                                 f"models: {', '.join(m.name for m in matrix.models)}")
+        models = [m for m in models if m.name in model_names]
     wanted: set[str] | None = None
-    if soc is not None:
-        try:
-            wanted = {s.name for s in catalog.expand(soc)}
-        except UnknownSocError as e:
-            raise UsageError(f"--soc {soc}: {e.message}", hint=e.hint) from None
+    if soc_names is not None:
+        wanted = set()
+        for name in soc_names:
+            try:
+                wanted |= {s.name for s in catalog.expand(name)}
+            except UnknownSocError as e:
+                raise UsageError(f"--soc {name}: {e.message}", hint=e.hint) from None
+    if graphs is not None:
+        known = {g.name for m in models for g in m.graphs}
+        for name in graphs:
+            if name not in known:
+                raise UsageError(f"--graph {name}: no such graph",
+                                 hint=did_you_mean(name, known) or f"graphs: {', '.join(sorted(known))}")
     targets: dict[str, Target] = {}
     for m in models:
         socs = {s.name: s for chip in m.chips for s in catalog.expand(chip)}
@@ -49,16 +69,13 @@ def plan(loaded: LoadedMatrix, model: str | None = None, soc: str | None = None,
             if wanted is not None and s.name not in wanted:
                 continue
             for g in m.graphs:
-                if graph is not None and g.name != graph:
+                if graphs is not None and g.name not in graphs:
                     continue
                 for p in m.precisions:
-                    if precision is not None and p != precision:
+                    if precisions is not None and p not in precisions:
                         continue
                     if m.excluded(s.name, p, g.name):
                         continue
                     t = Target(model=m, graph=g.name, soc=s, precision=p)
                     targets[t.id] = t
-    if graph is not None and not targets and not any(g.name == graph for m in models for g in m.graphs):
-        raise UsageError(f"--graph {graph}: no such graph",
-                         hint=did_you_mean(graph, {g.name for m in models for g in m.graphs}) or None)
     return [targets[k] for k in sorted(targets)]

@@ -22,6 +22,7 @@ from .prepare import Prepared, generate_inputs, run_cpu
 from .report import replace_dir, write_json
 from .socs import Soc
 
+FAILED = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
 COMPILE_VERSION = 2  # bump when a change here (compile or verification) should rebuild every target
 
 
@@ -43,6 +44,7 @@ class TargetSpec:
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
     precompiled: Path | None
+    precompile_run: str | None = None  # id of the conversion run ``precompiled`` came from
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -68,11 +70,31 @@ def put_in_store(final: Path, entry: Path) -> None:
         copy_atomic(final, entry)
 
 
+def keep_failed(work: Path, dest: Path, record: dict) -> None:
+    """A failed target's work folder (logs, converter output) is evidence: keep it as ``dest``.
+
+    Paths in the error (``full log: ...``) are rewritten to where the files now are.
+    """
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        replace_dir(work, dest)
+    except OSError:
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    record["work_dir"] = str(dest)
+    record["error"] = record["error"].replace(str(work), str(dest))
+
+
 def run_target(spec: TargetSpec) -> dict:
     """Never raises: returns the outcome record (status ok / failed)."""
     start = time.monotonic()
     record = {"id": spec.target_id, "model": spec.model, "graph": spec.graph, "soc": spec.soc.name,
-              "precision": spec.precision, "key": spec.key, "backend": spec.backend}
+              "precision": spec.precision, "key": spec.key, "backend": spec.backend,
+              "precompile_run": spec.precompile_run}
+    if os.environ.get("QNN_RELEASE_IMAGE"):  # the container image a CI job compiled in (ref@digest)
+        record["image"] = os.environ["QNN_RELEASE_IMAGE"]
+    failed_dir = spec.out / FAILED / spec.target_id
+    shutil.rmtree(failed_dir, ignore_errors=True)
     tmp = None
     try:
         from .backends import CompileJob, get_backend
@@ -96,6 +118,7 @@ def run_target(spec: TargetSpec) -> dict:
             "binaries": [b.name for b in result.binaries],
             "size": sum(b.stat().st_size for b in result.binaries),
             "calibration_sha256": spec.calibration_hash,
+            "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
         })
         if ran is None:
             record.update({"verified": False, "parity": None, "emulator_seconds": None,
@@ -125,7 +148,9 @@ def run_target(spec: TargetSpec) -> dict:
         record.update({"status": "failed", "error": f"internal error: {type(e).__name__}: {e}".splitlines()[0],
                        "exit_code": 70, "traceback": traceback.format_exc()})
     finally:
-        if tmp is not None:
+        if tmp is not None and record.get("status") == "failed":
+            keep_failed(tmp, failed_dir, record)
+        elif tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     record["seconds"] = round(time.monotonic() - start, 3)
     return record

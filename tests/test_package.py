@@ -52,7 +52,9 @@ def test_package_archives_extract_validate_and_match_manifest(built, tmp_path):
     release = built["out"] / "release"
     manifest = json.loads((release / "manifest.json").read_text())
     names = {a["name"] for a in manifest["assets"]}
-    assert f"alpha-sm8750-fp16-qnn{sdk_version}.tar.bz2" in names
+    # asset names carry major.minor.patch.build, not the binary's build stamp
+    core = ".".join(sdk_version.split(".")[:3] + [sdk_version.split(".")[3][:6]])
+    assert core != sdk_version and f"alpha-sm8750-fp16-qnn{core}.tar.bz2" in names
     assert f"qnn-libs-{sdk_version}.tar.bz2" in names and f"qnn-include-{sdk_version}.tar.bz2" in names
     assert len([a for a in manifest["assets"] if a["kind"] == "model"]) == 5
     sums = dict(reversed(line.split("  ")) for line in (release / "SHA256SUMS").read_text().splitlines())
