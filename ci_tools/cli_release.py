@@ -42,7 +42,22 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_previous_manifest(args: argparse.Namespace) -> int:
+    from .previous import previous_manifest
+
+    tag = previous_manifest(args.repo, args.tag, args.out, token=token_from_env())
+    print(f"previous release of {args.repo}: {tag} (manifest in {args.out})" if tag else
+          f"{args.repo} has no published release before {args.tag}: the notes say it is the first")
+    return 0
+
+
 def register(sub) -> None:
+    p = sub.add_parser("previous-manifest", help="the newest published release's manifest.json (for release notes)")
+    p.add_argument("--repo", required=True, help="OWNER/NAME")
+    p.add_argument("--tag", required=True, help="the tag being released (skipped)")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=cmd_previous_manifest)
+
     p = sub.add_parser("publish", help="upload a packaged release to GitHub (draft until complete)")
     p.add_argument("dist", type=Path, help="the build folder (or its release/ folder)")
     p.add_argument("--repo", required=True, help="OWNER/NAME")

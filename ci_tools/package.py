@@ -338,9 +338,12 @@ def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:
 
 def _changes(manifest: dict, previous: Path | None) -> dict:
     if previous is None:
-        return {"added": [], "removed": [], "rebuilt": [], "first": True}
+        return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
     try:
-        old = {a["name"]: a for a in json.loads(Path(previous).read_text())["assets"] if a["kind"] == "model"}
+        data = json.loads(Path(previous).read_text())
+        if data.get("tag", "") is None and not data["assets"]:  # `previous-manifest` found no earlier release
+            return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
+        old = {a["name"]: a for a in data["assets"] if a["kind"] == "model"}
     except (OSError, ValueError, KeyError) as e:
         raise PackageError(f"{previous}: cannot read the previous manifest: {e}") from None
 
@@ -353,4 +356,4 @@ def _changes(manifest: dict, previous: Path | None) -> dict:
             "removed": sorted("/".join(k) for k in old_by.keys() - new_by.keys()),
             "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys()
                               if new_by[k]["sha256"] != old_by[k]["sha256"]),
-            "first": False}
+            "first": False, "previous_tag": data.get("tag")}

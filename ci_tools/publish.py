@@ -31,6 +31,21 @@ class Plan:
         self.actions.append(text)
 
 
+def is_prerelease(tag: str) -> bool:
+    """v1.2.0-rc1, 1.2.0b1, v2.0.0.dev3: a pre-release, never the "latest" release apps fetch by default."""
+    import re
+
+    from packaging.version import InvalidVersion, Version
+
+    core = tag[1:] if tag[:1] in "vV" else tag
+    if re.match(r"^\d+(\.\d+)*-", core):  # semver: anything after '-' is a pre-release
+        return True
+    try:
+        return Version(core).is_prerelease
+    except InvalidVersion:
+        return False
+
+
 def release_dir(path: Path) -> Path:
     for p in (path, path / "release"):
         if (p / "manifest.json").is_file():
@@ -133,7 +148,9 @@ def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool
         plan.add(f"publish {tag} (leave draft) once all {len(files)} assets are verified")
         if not dry_run:
             _check_complete(gh, release, files)
-            gh.update_release(release["id"], draft=False, body=body, name=tag)
+            pre = is_prerelease(tag)
+            gh.update_release(release["id"], draft=False, body=body, name=tag, prerelease=pre,
+                              make_latest="false" if pre else "true")
     return plan
 
 

@@ -99,6 +99,7 @@ class Handler(BaseHTTPRequestHandler):
     def _release_json(self, rid: int) -> dict:
         r = self.st.releases[rid]
         return {"id": rid, "tag_name": r["tag_name"], "name": r["name"], "body": r["body"], "draft": r["draft"],
+                "prerelease": r.get("prerelease", False),
                 "url": f"{self.base}/repos/{r['repo']}/releases/{rid}",
                 "assets_url": f"{self.base}/repos/{r['repo']}/releases/{rid}/assets",
                 "upload_url": f"{self.base}/uploads/repos/{r['repo']}/releases/{rid}/assets{{?name,label}}",
@@ -187,7 +188,12 @@ class Handler(BaseHTTPRequestHandler):
                             o["tag_name"] == r["tag_name"] and not o["draft"] for o in st.releases.values()):
                         return self._send(422, {"message": "Validation Failed",
                                                 "errors": [{"resource": "Release", "code": "already_exists"}]})
-                    r.update({k: v for k, v in body.items() if k in ("draft", "body", "name")})
+                    # GitHub: make_latest is the string "true", "false" or "legacy"; a pre-release is never latest
+                    if "make_latest" in body and body["make_latest"] not in ("true", "false", "legacy"):
+                        return self._send(422, {"message": "Validation Failed",
+                                                "errors": [{"field": "make_latest", "code": "invalid"}]})
+                    r.update({k: v for k, v in body.items()
+                              if k in ("draft", "body", "name", "prerelease", "make_latest")})
                     return self._send(200, self._release_json(rid))
                 if self.command == "DELETE":
                     del st.releases[rid]

@@ -66,7 +66,8 @@ def test_every_generated_file_has_the_header_and_structure():
                     job["uses"].endswith("-qnn.yaml") else set()
             assert writes <= allowed, f"{rel}:{job_id} asks for {writes}"
             if writes == {"contents"}:
-                assert job_id == "publish" and "container" not in job and job["if"] == "${{ !github.event.repository.fork }}"
+                assert job_id == "publish" and "container" not in job
+                assert job["if"] == "${{ !github.event.repository.fork }}"
             for step in job.get("steps", []):
                 if "uses" in step:
                     assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
@@ -141,5 +142,5 @@ def test_dockerfile_is_hadolint_clean_and_uses_sdk_fetch():
     r = subprocess.run([_tool("hadolint"), str(REPO / "Dockerfile-2.40")], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stdout + r.stderr
     text = (REPO / "Dockerfile-2.40").read_text()
-    assert "qnn-release sdk fetch" in text and "| unzip" not in text and "sha1sum --check" in text
+    assert "qnn-release sdk fetch" in text and "| unzip" not in text and "unzip " not in text
     assert "com.qualcomm.qairt.version" in text

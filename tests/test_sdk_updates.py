@@ -24,6 +24,7 @@ def repo(tmp_path):
     (root / "matrix").mkdir(parents=True)
     shutil.copy(DEMO_MATRIX, root / "matrix" / "models.yaml")
     shutil.copytree(REPO / ".github", root / ".github")
+    shutil.copy(REPO / "Dockerfile-2.40", root / "Dockerfile-2.40")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
@@ -59,8 +60,12 @@ def test_check_updates_lists_and_applies(repo):
     assert sdk["qairt"][0]["sha256"] == hashlib.sha256(b"new sdk zip").hexdigest()
     assert sdk["qairt"][1]["version"] == "2.40.0.251030"
     assert "# The demo matrix" in matrix.read_text() and len(matrix.read_text()) > len(before)  # comments kept
-    wf = (repo / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text()
-    assert "qnn-sdk:2.41.0.251128" in wf
+    # the image the workflows will pull is the new SDK's (pinned, so `image` accepts it) ...
+    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme")
+    assert r.returncode == 0 and "ref=ghcr.io/acme/qnn-sdk:2.41.0.251128-" in r.stdout, r.stderr
+    # ... and the onnxruntime-qnn pin is what the CI tests install
+    ci = yaml.safe_load((repo / ".github" / "workflows" / "ci.yaml").read_text())
+    assert ci["jobs"]["tests"]["steps"][-1]["env"]["ONNXRUNTIME_QNN_VERSION"] == "2.8.1"
     assert run_cli("render", "--check", "--matrix", str(matrix)).returncode == 0
 
 

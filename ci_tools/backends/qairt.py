@@ -15,11 +15,12 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendUnavailable, CompileError
+from ..errors import BackendUnavailable, CompileError, QnnReleaseError
 from ..prepare import Prepared
 from . import CompileJob, CompileResult
 
@@ -100,10 +101,17 @@ class QairtBackend:
                 if not (tmp / "model_libs" / target / f"lib{graph}.so").is_file():
                     raise CompileError(f"{prepared.model}/{graph}: qnn-model-lib-generator wrote no "
                                        f"model_libs/{target}/lib{graph}.so")
-            (tmp / "done.json").write_text(json.dumps({"warnings": warnings}))
+            # run_id: which conversion run a target was compiled from (the build report counts them)
+            (tmp / "done.json").write_text(json.dumps({"warnings": warnings, "run_id": uuid.uuid4().hex}))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             return final
+        except QnnReleaseError as e:  # keep the logs and converter output: they are the evidence
+            failed = final.with_name(final.name + ".failed")
+            shutil.rmtree(failed, ignore_errors=True)
+            os.replace(tmp, failed)
+            e.message, e.hint = (x.replace(str(tmp), str(failed)) if x else x for x in (e.message, e.hint))
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -269,6 +269,10 @@ def net_run():
     print(f"[ INFO ] ran {len(lines)} inputs on the HTP simulator stand-in (context {digest})")
 
 
+# Test fault injection, not a behaviour of the real tools: FAKE_QAIRT_FAIL=<tool name> makes that tool fail.
+if os.environ.get("FAKE_QAIRT_FAIL") == TOOL:
+    fail("injected failure (FAKE_QAIRT_FAIL)")
+
 {"qnn-onnx-converter": converter, "qnn-model-lib-generator": lib_generator,
  "qnn-context-binary-generator": context_generator, "qnn-context-binary-utility": context_utility,
  "qnn-net-run": net_run}.get(TOOL, lambda: fail("unknown tool"))()

@@ -1,0 +1,226 @@
+"""The release pipeline, followed through its rendered workflows: image, precompile, chip jobs, package, publish."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import models
+from tests.conftest import REPO, run_cli
+from tests.fake_github import FakeGitHub
+from tests.fake_qairt import make_fake_sdk
+from tests.workflow_runner import Runner
+
+PINS = {"revision": "a" * 40, "sha256": "b" * 64}
+OWNER_REPO = "Acme-Labs/speech-models"
+
+
+def _repo(tmp_path: Path, chips=("SM8750", "SM8550"), name="m", pins=PINS) -> Path:
+    """A repository as the jobs check it out: the toolkit, a matrix with one small model, its graph."""
+    repo = tmp_path / "repo"
+    for n in ("ci_tools", "templates"):
+        shutil.copytree(REPO / n, repo / n, ignore=shutil.ignore_patterns("__pycache__"))
+    for n in ("pyproject.toml", "README.md", "Dockerfile-2.40"):
+        shutil.copy2(REPO / n, repo / n)
+    (repo / "matrix").mkdir()
+    shutil.copy2(REPO / "matrix" / "socs.yaml", repo / "matrix" / "socs.yaml")
+    (repo / "models").mkdir()
+    f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
+    from ci_tools.sources import sha256_file
+
+    matrix = {"version": 1,
+              "sdk": {"qairt": [{"version": "2.40.0.251030", "hf_repo": "csukuangfj/qnn-toolkit",
+                                 "file": "v2.40.0.251030.zip", **pins}], "onnxruntime_qnn": "2.7.0"},
+              "models": [{"name": name, "description": "test", "license": "MIT",
+                          "source": {"kind": "path", "path": "models/m.onnx", "sha256": sha256_file(f)},
+                          "graphs": [{"name": "enc", "file": "m.onnx"}], "chips": list(chips)}]}
+    (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    return repo
+
+
+def _uploads(job: dict) -> list[str]:
+    """Artifact names a job uploads when it succeeds (evidence uploads on failure() do not count)."""
+    return [s["with"]["name"] for s in job.get("steps", [])
+            if s.get("uses", "").startswith("actions/upload-artifact@") and "failure()" not in str(s.get("if", ""))]
+
+
+def _downloads(job: dict) -> list[str]:
+    return [s["with"].get("name") or s["with"]["pattern"] for s in job.get("steps", [])
+            if s.get("uses", "").startswith("actions/download-artifact@")]
+
+
+def _expand_names(name: str, job: dict) -> list[str]:
+    include = (job.get("strategy") or {}).get("matrix", {}).get("include") or [{}]
+    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m, e=e: str(e[m[1]]), name) for e in include]
+
+
+def test_every_artifact_a_job_downloads_comes_from_exactly_one_job_it_needs():
+    wf_dir = REPO / ".github" / "workflows"
+    release = yaml.safe_load((wf_dir / "release.yaml").read_text())
+    # (workflow job, its transitive producers): export jobs run inside the export-<m> caller job
+    produced: dict[str, list[str]] = {}  # artifact name -> producing job ids (as seen from release.yaml)
+    for caller_id, caller in release["jobs"].items():
+        if "uses" not in caller or not caller["uses"].endswith("-qnn.yaml"):
+            continue
+        export = yaml.safe_load((wf_dir / Path(caller["uses"]).name).read_text())
+        for job_id, job in export["jobs"].items():
+            if job.get("if") == "${{ github.event_name == 'push' }}":
+                continue  # the push smoke job is not part of a release
+            for name in _uploads(job):
+                for n in _expand_names(name, job):
+                    produced.setdefault(n, []).append(caller_id)
+            for want in _downloads(job):  # inside an export: from a job it needs
+                sources = [j for j, other in export["jobs"].items() if want in _uploads(other)]
+                assert len(sources) == 1 and sources[0] in job["needs"], (caller_id, job_id, want)
+    for job_id, job in release["jobs"].items():
+        produced.update({n: [*produced.get(n, []), job_id] for n in _uploads(job)})
+    assert all(len(v) == 1 for v in produced.values()), {k: v for k, v in produced.items() if len(v) != 1}
+    for job_id, job in release["jobs"].items():
+        for want in _downloads(job):
+            makers = {p for n, ps in produced.items() if fnmatch.fnmatchcase(n, want) for p in ps}
+            assert makers, f"{job_id} downloads {want}, which no job uploads"
+            assert makers <= set(job["needs"]), f"{job_id} downloads {want} from {makers - set(job['needs'])}"
+    # the publish job never compiles and the package job compiles nothing it did not download
+    package_run = " ".join(s.get("run", "") for s in release["jobs"]["package"]["steps"])
+    assert "--from-store" in package_run
+    assert all("build" not in s.get("run", "") for s in release["jobs"]["publish"]["steps"])
+
+
+@pytest.fixture
+def release_run(tmp_path):
+    repo = _repo(tmp_path)
+    r = run_cli("render", "--matrix", str(repo / "matrix" / "models.yaml"))
+    assert r.returncode == 0, r.stderr
+    sdk = make_fake_sdk(tmp_path / "sdk")
+    with FakeGitHub() as gh:
+        runner = Runner(repo=repo, work=tmp_path / "runner", context={
+            "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
+            "needs.image.outputs.pinned": f"ghcr.io/acme-labs/qnn-sdk:2.40.0.251030-0123456789ab@sha256:{'c' * 64}"},
+            env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
+                 "GITHUB_REPOSITORY": OWNER_REPO, "QNN_RELEASE_CACHE": ""})
+        yield runner, repo / ".github" / "workflows", gh
+
+
+def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_it(release_run):
+    runner, wf, gh = release_run
+    export, release = wf / "export-m-qnn.yaml", wf / "release.yaml"
+    assert runner.job(export, "precompile"), "\n".join(runner.log)
+    chips = yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]
+    assert {c["soc"] for c in chips} == {"SM8750", "SM8550"}
+    first, second = chips
+    assert runner.job(export, "compile", first), "\n".join(runner.log)
+    # the second chip job fails: its work folder (logs) is kept and uploaded as evidence, no targets
+    assert not runner.job(export, "compile", second, extra_env={"FAKE_QAIRT_FAIL": "qnn-context-binary-generator"})
+    evidence = runner.artifacts[f"qnn-failed-m-{second['soc']}-fp16"]
+    logs = list(evidence.rglob("context-binary-generator.log"))
+    assert logs and "injected failure" in logs[0].read_text()
+    report = json.loads(next(evidence.rglob("build-report.json")).read_text())
+    (failed,) = report["targets"]
+    assert failed["status"] == "failed" and failed["work_dir"] in failed["error"]
+    # packaging now refuses: it never compiles, it names the missing target
+    assert not runner.job(release, "package")
+    assert f"m.enc.{second['soc'].lower()}.fp16" in runner.log[-2] and "not in the downloaded store" in runner.log[-2]
+    # "re-run failed jobs": the chip job runs again and replaces its artifacts; the release completes
+    assert runner.job(export, "compile", second), "\n".join(runner.log[-3:])
+    assert runner.job(release, "package"), "\n".join(runner.log[-3:])
+    assert runner.job(release, "publish"), "\n".join(runner.log[-3:])
+    (rel,) = gh.releases(OWNER_REPO, "v1.0.0")
+    assert rel["draft"] is False and not rel.get("prerelease")
+    manifest = json.loads(runner.artifacts["qnn-release-assets"].joinpath("manifest.json").read_text())
+    names = set(gh.asset_names(rel["id"]))
+    assert {a["name"] for a in manifest["assets"]} | {"manifest.json", "SHA256SUMS"} <= names
+    assert {a["soc"] for a in manifest["assets"] if a["kind"] == "model"} == {"SM8750", "SM8550"}
+    pinned = runner.context["needs.image.outputs.pinned"]
+    assert manifest["images"] == [pinned]
+    model_asset = next(a for a in manifest["assets"] if a["kind"] == "model")
+    with tarfile.open(runner.artifacts["qnn-release-assets"] / model_asset["name"]) as tar:
+        meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
+    assert meta["sdk"]["image"] == pinned
+    # the converter ran once for the graph, in the precompile job: not once per chip job
+    package_report = next(p for p in runner.work.glob("job*-package/repo/dist/build-report.json"))
+    work = json.loads(package_report.read_text())["work"]
+    assert work == {"converter_runs": 1, "graph_precisions": 1, "converter_runs_per_graph": 1.0}
+
+
+def test_a_chip_job_without_the_precompile_artifact_fails_instead_of_converting(release_run):
+    runner, wf, _ = release_run
+    export = wf / "export-m-qnn.yaml"
+    chips = yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]
+    # no precompile artifact: the chip job does not quietly convert on its own, it fails
+    assert not runner.job(export, "compile", chips[0])
+    assert "download qnn-precompiled-m: artifact not found" in runner.log
+
+
+def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_last_release(release_run, tmp_path):
+    runner, wf, gh = release_run
+    from ci_tools.publish import publish
+    from tests.release_fixture import make_release
+
+    publish(make_release(tmp_path / "old"), OWNER_REPO, "v1.0.0", token=gh.state.token, api_url=gh.url,
+            sleep=lambda s: None)
+    runner.context["github.ref_name"] = "v1.1.0-rc1"
+    export, release = wf / "export-m-qnn.yaml", wf / "release.yaml"
+    assert runner.job(export, "precompile")
+    for chip in yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]:
+        assert runner.job(export, "compile", chip)
+    assert runner.job(release, "package") and runner.job(release, "publish"), "\n".join(runner.log[-3:])
+    (rel,) = gh.releases(OWNER_REPO, "v1.1.0-rc1")
+    assert rel["prerelease"] is True and rel["make_latest"] == "false" and rel["draft"] is False
+    notes = runner.artifacts["qnn-release-assets"].joinpath("RELEASE_NOTES.md").read_text()
+    assert "## Changes since v1.0.0" in notes and "added: m/SM8550/fp16, m/SM8750/fp16" in notes
+    assert "removed: vad/SM8550/fp16, vad/SM8750/fp16" in notes
+
+
+def test_image_reference_is_immutable_lower_case_and_needs_pins(tmp_path):
+    repo = _repo(tmp_path)
+    matrix = repo / "matrix" / "models.yaml"
+    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
+    assert r.returncode == 0, r.stderr
+    out = dict(line.split("=", 1) for line in r.stdout.splitlines())
+    assert re.fullmatch(r"ghcr\.io/acme-labs/qnn-sdk:2\.40\.0\.251030-[0-9a-f]{12}", out["ref"])
+    assert out["revision"] == PINS["revision"] and out["sha256"] == PINS["sha256"]
+    # what goes into the image changes the tag: the Dockerfile, the pins
+    (repo / "Dockerfile-2.40").write_text((repo / "Dockerfile-2.40").read_text() + "\n# changed\n")
+    r2 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
+    assert r2.returncode == 0 and r2.stdout.splitlines()[0] != r.stdout.splitlines()[0]
+    unpinned = _repo(tmp_path / "u", pins={"revision": None, "sha256": PINS["sha256"]})
+    r3 = run_cli("image", "--matrix", str(unpinned / "matrix" / "models.yaml"), "--owner", "acme")
+    assert r3.returncode == 2 and "no revision pin" in r3.stderr and "sdk fetch" in r3.stderr
+    assert "Traceback" not in r3.stderr and len(r3.stderr.strip().splitlines()) == 1
+
+
+def test_dockerfile_refuses_an_unpinned_sdk_and_sets_the_sdk_environment():
+    text = (REPO / "Dockerfile-2.40").read_text()
+    guard = re.search(r"RUN (if \[ -z \"\$\{QAIRT_REVISION\}\".*?fi)\n", text, re.S)[1].replace("\\\n", "\n")
+    import subprocess
+
+    for rev, sha, code in (("", "", 1), ("a" * 40, "", 1), ("a" * 40, "b" * 64, 0)):
+        r = subprocess.run(["bash", "-c", guard], capture_output=True, text=True,
+                           env={"QAIRT_REVISION": rev, "QAIRT_SHA256": sha, "QAIRT_VERSION": "2.40.0.251030"})
+        assert r.returncode == code and (code == 0 or "sdk fetch --record" in r.stderr)
+    final = text.split("FROM ubuntu:22.04", 1)[1]
+    assert "COPY ci_tools" not in final and "COPY --from=sdk /opt/qairt /opt/qairt" in final
+    assert "PYTHONPATH=${QNN_SDK_ROOT}/lib/python" in final and "lib/x86_64-linux-clang" in final
+    assert "check-python-dependency" in final and "check-linux-dependency.sh" in final
+    for tool in ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator", "qnn-net-run"):
+        assert re.search(rf"{tool}\S* --help", final), tool
+
+
+def test_render_refuses_model_names_github_refuses_and_too_many_workflows(tmp_path):
+    repo = _repo(tmp_path, name="silero.vad")
+    r = run_cli("render", "--matrix", str(repo / "matrix" / "models.yaml"))
+    assert r.returncode == 2 and "silero.vad" in r.stderr and "job id" in r.stderr and "silero-vad" in r.stderr
+    repo = _repo(tmp_path / "many")
+    data = yaml.safe_load((repo / "matrix" / "models.yaml").read_text())
+    data["models"] = [{**data["models"][0], "name": f"m{i}"} for i in range(20)]
+    (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    r = run_cli("render", "--matrix", str(repo / "matrix" / "models.yaml"))
+    assert r.returncode == 2 and "21 reusable workflows" in r.stderr and "20" in r.stderr

@@ -1,0 +1,173 @@
+"""Runs the jobs of rendered GitHub Actions workflows on this machine, for tests.
+
+Stands in for the GitHub Actions runner, closely enough to follow a release through its jobs:
+- each job starts from a fresh copy of the repository (``actions/checkout``) in its own folder;
+- ``run:`` steps run with ``bash -e -o pipefail`` (GitHub's default shell for Linux runners),
+  with the job's and the step's ``env:`` after expression substitution;
+- ``actions/upload-artifact`` copies ``with.path`` (several lines, ``!`` exclusions) into an artifact
+  store, refusing an existing name unless ``overwrite: true`` (upload-artifact v4 answers 409 there);
+- ``actions/download-artifact`` copies one artifact (``name``) or every artifact matching
+  ``pattern`` (``merge-multiple``) into ``with.path``;
+- a step's ``if:`` supports ``success()`` (the default), ``failure()`` and ``!cancelled()``;
+- ``${{ ... }}`` expressions are looked up in a flat context (``matrix.soc``, ``runner.temp``,
+  ``secrets.GITHUB_TOKEN``, ``needs.image.outputs.pinned`` ...); an unknown one fails the test, so a
+  template that starts using a new expression must be taught here first.
+Steps that install the toolkit (``pip install -e .``) are skipped: the test's interpreter has it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+COPY = ("pyproject.toml", "README.md", "ci_tools", "templates", "Dockerfile-2.40")
+
+
+@dataclass
+class Runner:
+    repo: Path  # the repository the jobs check out (a folder with matrix/, models ...)
+    work: Path  # scratch space: job folders, artifacts
+    context: dict[str, str]  # expression -> value, shared by all jobs (secrets, github.*, needs.*)
+    env: dict[str, str]  # the container's environment (QNN_SDK_ROOT ...)
+    artifacts: dict[str, Path] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+    runs: int = 0
+
+    def job(self, workflow: Path, job_id: str, matrix: dict | None = None, extra_env: dict | None = None) -> bool:
+        """Run one job (one matrix entry); True when every step passed."""
+        wf = yaml.safe_load(workflow.read_text())
+        job = wf["jobs"][job_id]
+        self.runs += 1
+        home = self.work / f"job{self.runs}-{job_id}"
+        checkout, temp = home / "repo", home / "runner-temp"
+        temp.mkdir(parents=True)
+        self._checkout(checkout)
+        ctx = {**self.context, "runner.temp": str(temp), **{f"matrix.{k}": str(v) for k, v in (matrix or {}).items()}}
+        failed = False
+        for step in job["steps"]:
+            cond = str(step.get("if", "success()"))
+            cond = EXPR.sub(lambda m: m[1], cond).strip()
+            run_it = {"success()": not failed, "failure()": failed, "!cancelled()": True}.get(cond)
+            if run_it is None:
+                raise AssertionError(f"{workflow.name}:{job_id}: step condition {cond!r} is not modelled here")
+            if not run_it:
+                continue
+            ok = self._step(step, job, ctx, checkout, extra_env or {})
+            failed = failed or not ok
+        self.log.append(f"{workflow.name}:{job_id} {matrix or ''}: {'failed' if failed else 'ok'}")
+        return not failed
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _checkout(self, dest: Path) -> None:
+        dest.mkdir(parents=True)
+        for name in os.listdir(self.repo):
+            if name in (".git", ".venv", "dist") or name.startswith(".pytest"):
+                continue
+            src = self.repo / name
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+
+    def _expand(self, value: object, ctx: dict[str, str]) -> str:
+        def look(m: re.Match) -> str:
+            if m[1] not in ctx:
+                raise AssertionError(f"expression ${{{{ {m[1]} }}}} is not modelled by the test runner")
+            return ctx[m[1]]
+
+        return EXPR.sub(look, str(value))
+
+    def _step(self, step: dict, job: dict, ctx: dict[str, str], cwd: Path, extra_env: dict) -> bool:
+        uses = step.get("uses", "")
+        args = {k: self._expand(v, ctx) for k, v in (step.get("with") or {}).items()}
+        if uses.startswith("actions/checkout@"):
+            return True  # the job folder is already a fresh checkout
+        if uses.startswith("actions/setup-python@"):
+            return True
+        if uses.startswith("actions/upload-artifact@"):
+            return self._upload(args, cwd)
+        if uses.startswith("actions/download-artifact@"):
+            return self._download(args, cwd)
+        if uses:
+            raise AssertionError(f"action {uses} is not modelled by the test runner")
+        script = step["run"]
+        if re.match(r"^python3? -m pip install", script):
+            return True
+        env = {**os.environ, **self.env, **extra_env, "CI": "true", "GITHUB_ACTIONS": "true",
+               "PATH": f"{self.work / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd)}
+        for scope in (job.get("env") or {}, step.get("env") or {}):
+            env.update({k: self._expand(v, ctx) for k, v in scope.items()})
+        self._shim()
+        r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=900)
+        self.log.append(f"$ {script}\n{r.stdout}{r.stderr}")
+        return r.returncode == 0
+
+    def _shim(self) -> None:
+        """``qnn-release`` on PATH: the checked-out package, run by the test's interpreter."""
+        shim = self.work / "bin" / "qnn-release"
+        if not shim.exists():
+            shim.parent.mkdir(parents=True, exist_ok=True)
+            shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ci_tools "$@"\n')
+            shim.chmod(0o755)
+
+    def _upload(self, args: dict, cwd: Path) -> bool:
+        name = args["name"]
+        if name in self.artifacts and str(args.get("overwrite", "false")).lower() != "true":
+            self.log.append(f"upload {name}: 409 an artifact with this name already exists")
+            return False
+        lines = [ln.strip() for ln in args["path"].splitlines() if ln.strip()]
+        include = [cwd / ln for ln in lines if not ln.startswith("!")]
+        exclude = [str(cwd / ln[1:]) for ln in lines if ln.startswith("!")]
+        files = []
+        for inc in include:
+            matches = [Path(p) for p in _glob(inc)]
+            for m in matches:
+                files += [m] if m.is_file() else [p for p in m.rglob("*") if p.is_file()]
+        files = [f for f in files if not any(str(f).startswith(x.rstrip("/") + "/") or str(f) == x for x in exclude)]
+        if not args.get("include-hidden-files"):
+            files = [f for f in files if not any(part.startswith(".") for part in f.relative_to(cwd.parent).parts)]
+        if not files:
+            if args.get("if-no-files-found", "warn") == "error":
+                self.log.append(f"upload {name}: no files found")
+                return False
+            return True
+        # upload-artifact keeps paths relative to the least common ancestor of the include paths
+        roots = [p if p.is_dir() else p.parent for inc in include for p in map(Path, _glob(inc))]
+        root = Path(os.path.commonpath([str(r) for r in roots])) if roots else cwd
+        dest = self.work / "artifacts" / name
+        shutil.rmtree(dest, ignore_errors=True)
+        for f in files:
+            target = dest / f.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target)
+        self.artifacts[name] = dest
+        return True
+
+    def _download(self, args: dict, cwd: Path) -> bool:
+        path = Path(args.get("path") or cwd)
+        path = path if path.is_absolute() else cwd / path
+        if "name" in args:
+            if args["name"] not in self.artifacts:
+                self.log.append(f"download {args['name']}: artifact not found")
+                return False
+            shutil.copytree(self.artifacts[args["name"]], path, dirs_exist_ok=True)
+            return True
+        names = sorted(n for n in self.artifacts if fnmatch.fnmatchcase(n, args["pattern"]))
+        for n in names:
+            into = path if str(args.get("merge-multiple", "false")).lower() == "true" else path / n
+            shutil.copytree(self.artifacts[n], into, dirs_exist_ok=True)
+        return True
+
+
+def _glob(pattern: Path) -> list[str]:
+    import glob
+
+    return sorted(glob.glob(str(pattern), recursive=True))
