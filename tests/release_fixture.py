@@ -29,8 +29,8 @@ def make_release(folder: Path, tag: str = "v1.0.0", socs=("SM8750", "SM8550"), p
                        "precision": "fp16", "sdk_version": SDK, "graphs": ["vad"], "cosine": 0.9999,
                        "compile_seconds": 1.0})
     libs = make_tar_bz2(folder / f"qnn-libs-{SDK}.tar.bz2", [
-        (f"qnn-libs-{SDK}/lib/aarch64-android/libQnnHtp.so", b"\x7fELF htp"),
-        (f"qnn-libs-{SDK}/lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so", b"\x7fELF skel")])
+        (f"qnn-libs-{SDK}/libQnnHtp.so", b"\x7fELF htp"),
+        (f"qnn-libs-{SDK}/libQnnHtpV79Skel.so", b"\x7fELF skel")])
     assets.append({"name": libs.name, "kind": "qnn-libs", "sdk_version": SDK, "htp_archs": ["v73", "v79"]})
     for a in assets:
         a["size"], a["sha256"] = (folder / a["name"]).stat().st_size, sha256_file(folder / a["name"])

@@ -84,9 +84,10 @@ def test_package_archives_extract_validate_and_match_manifest(built, tmp_path):
         assert (top / "sample" / "main" / "inputs" / "x.npy").is_file()
         assert "ADSP_LIBRARY_PATH" in (top / "README.md").read_text() and (top / "LICENSE").read_text()
     libs = tarfile.open(release / f"qnn-libs-{sdk_version}.tar.bz2").getnames()
-    assert any(n.endswith("lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so") for n in libs)
-    assert any(n.endswith("lib/aarch64-android/libQnnHtpV73Stub.so") for n in libs)
+    assert f"qnn-libs-{sdk_version}/libQnnHtpV79Skel.so" in libs
+    assert f"qnn-libs-{sdk_version}/libQnnHtpV73Stub.so" in libs
     assert not any("V81" in n for n in libs)  # only the arches the release targets
+    _consume_like_sherpa_onnx(release, sdk_version, built["repo"].parent / "consumer")
     notes = (built["repo"] / "release_notes" / "v1.0.0.md").read_text()
     assert "| alpha | SM8750 (v79) | w8a16 |" in notes and "First release" in notes
 
@@ -172,3 +173,34 @@ def test_build_package_publish_fetch_round_trip(built, tmp_path):
     assert meta["chip"]["name"] == "SM8750" and meta["quantization"]["precision"] == "w8a16"
     ctx = tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / meta["graphs"][0]["context_onnx"]
     assert qnn_ep.read_compat(ctx).htp_arch == 79
+
+
+def _consume_like_sherpa_onnx(release, version: str, work) -> None:
+    """What sherpa-onnx's Android build does with the two tarballs (scripts/apk/build-apk-qnn-asr.sh.in:28-48,
+    CMakeLists.txt:433-468): headers as QNN_SDK_ROOT, every .so copied flat into jniLibs/arm64-v8a."""
+    import shutil
+    import subprocess
+
+    work.mkdir(parents=True, exist_ok=True)
+    for name in (f"qnn-include-{version}.tar.bz2", f"qnn-libs-{version}.tar.bz2"):
+        shutil.copy(release / name, work / name)
+    script = f"""set -e
+tar xf qnn-include-{version}.tar.bz2
+export QNN_SDK_ROOT=$PWD/qnn-include-{version}
+test -f "$QNN_SDK_ROOT/include/QNN/QnnInterface.h"
+tar xf qnn-libs-{version}.tar.bz2
+mkdir -p app/src/main/jniLibs/arm64-v8a
+cp -v qnn-libs-{version}/*.so app/src/main/jniLibs/arm64-v8a/
+"""
+    r = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jni = {p.name for p in (work / "app/src/main/jniLibs/arm64-v8a").iterdir()}
+    assert {"libQnnHtp.so", "libQnnSystem.so", "libQnnHtpPrepare.so", "libQnnHtpV79Stub.so",
+            "libQnnHtpV79Skel.so"} <= jni
+    if shutil.which("cmake"):  # sherpa-onnx's own check, run by CMake
+        (work / "check.cmake").write_text(
+            f'set(QNN_SDK_ROOT "{work}/qnn-include-{version}")\n'
+            'if(NOT EXISTS ${QNN_SDK_ROOT}/include/QNN/QnnInterface.h)\n'
+            '  message(FATAL_ERROR "QnnInterface.h not found in ${QNN_SDK_ROOT}")\nendif()\n')
+        r = subprocess.run(["cmake", "-P", str(work / "check.cmake")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr

@@ -1,14 +1,23 @@
-"""The qairt route, driven against a fake QAIRT SDK tree whose tools check the documented flags."""
+"""The qairt route, driven against a fake QAIRT SDK tree that behaves as the real tools do (each rule
+of tests/fake_qairt/tools.py cites its source); one test or more per finding of the qairt audit."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+from ci_tools.backends import qairt
+from ci_tools.backends.qairt import QNN_DTYPES, TensorIO, camel_keys, qnn_name, tensor_io, write_stub
+from ci_tools.errors import CompileError
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fake_qairt import make_fake_sdk
@@ -20,8 +29,8 @@ def sdk(tmp_path):
 
 
 def _env(tmp_path, sdk):
-    return {**os.environ, "QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable,
-            "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    return {**env, "QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
 
 
 def _build(tmp_path, sdk, matrix, *extra):
@@ -32,43 +41,111 @@ def _build(tmp_path, sdk, matrix, *extra):
     return r, rep, out
 
 
-def test_qairt_converts_once_and_compiles_per_chip(tmp_path, sdk):
+def conv_model(path: Path, with_weights: bool = True) -> Path:
+    """input.1 [1,3,8,8] NCHW -> Conv -> Relu -> 'feat/map' [1,4,8,8], and -> pool -> Gemm -> Softmax ->
+    'probs:0' [1,2]: a 4-D output whose layout the converter may change, and a tiny 2-class output."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w"),
+             numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "fc"),
+             numpy_helper.from_array(np.array([1, 4], dtype=np.int64), "flat")]
+    nodes = [helper.make_node("Conv", ["input.1", "w"], ["c"], pads=[1, 1, 1, 1], name="conv/0"),
+             helper.make_node("Relu", ["c"], ["feat/map"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["feat/map"], ["g"], name="pool"),
+             helper.make_node("Reshape", ["g", "flat"], ["gf"], name="flatten"),
+             helper.make_node("MatMul", ["gf", "fc"], ["logits"], name="fc"),
+             helper.make_node("Softmax", ["logits"], ["probs:0"], axis=-1, name="softmax")]
+    x = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = helper.make_graph(nodes, "conv", [x],
+                              [helper.make_tensor_value_info("feat/map", TensorProto.FLOAT, [1, 4, 8, 8]),
+                               helper.make_tensor_value_info("probs:0", TensorProto.FLOAT, [1, 2])], inits)
+    return models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def no_weights_model(path: Path) -> Path:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Sigmoid", ["r"], ["y"], name="sig")]
+    graph = helper.make_graph(nodes, "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    return models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+# -- names (audit #6 and its correction) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,qnn", [("a--b", "a_b"), ("_x", "__x"), ("1x", "_1x"), ("input.1", "input_1"),
+                                      ("/conv/Conv_output_0", "__conv_Conv_output_0"), ("probs:0", "probs_0"),
+                                      ("model-10-seconds", "model_10_seconds")])
+def test_names_are_sanitised_as_the_converter_does(name, qnn):
+    assert qnn_name(name) == qnn
+
+
+def test_keys_with_spaces_are_read_as_camel_case():  # audit #16 (qairt-dev's AISW-123397 workaround)
+    got = camel_keys({"info": {"soc model": 69, "context metadata": {"info": {"dsp arch": 79}}, "graphs": [
+        {"info": {"graph name": "g"}}]}})
+    assert got == {"info": {"socModel": 69, "contextMetadata": {"info": {"dspArch": 79}},
+                            "graphs": [{"info": {"graphName": "g"}}]}}
+
+
+# -- the whole route, fp16 and w8a16 --------------------------------------------------------------------
+
+
+def test_qairt_fp16_and_w8a16_with_layout_names_and_quantized_io(tmp_path, sdk):
     (tmp_path / "models").mkdir()
-    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=True)
+    f = conv_model(tmp_path / "models" / "c.onnx")
     matrix = write_matrix(tmp_path, [path_model(
-        tmp_path, "m", f, graphs=[{"name": "enc", "file": "m.onnx", "inputs": {"x": [1, 32]}}],
-        precisions=["fp16", "w8a16"], chips=["SM8750", "SM8550", "QCS9100"], options={"vtcm_mb": 4})])
+        tmp_path, "cnn", f, graphs=[{"name": "1st.enc-v2", "file": "c.onnx"}], precisions=["fp16", "w8a16"],
+        chips=["SM8750", "QCS9100"], options={"vtcm_mb": 4})])
     r, rep, out = _build(tmp_path, sdk, matrix, "-j", "2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert len(rep["targets"]) == 6 and rep["sdk_version"] == "2.40.0.251030"
+    assert len(rep["targets"]) == 4 and rep["sdk_version"] == "2.40.0.251030"
     for t in rep["targets"]:
         folder = out / t["id"]
-        assert t["status"] == "ok" and t["verified"] is True and t["parity"]["cosine"] > 0.99
-        assert t["binaries"] == ["enc.bin"] and t["context_onnx"] == "enc_ctx.onnx"
+        assert t["status"] == "ok" and t["verified"] is True, t
+        for name, p in t["per_output"].items():  # each output on its own, the 2-class one included
+            assert p["cosine"] > 0.99 and p["snr_db"] > 15, (t["id"], name, p)
         cfg = json.loads((folder / "config" / "htp_config.json").read_text())
-        soc_model = {"SM8750": 69, "SM8550": 43, "QCS9100": 77}[t["soc"]]
-        assert cfg["devices"][0]["soc_id"] == soc_model and cfg["graphs"][0]["vtcm_mb"] == 4
-        assert cfg["graphs"][0]["graph_names"] == ["enc"] and cfg["graphs"][0]["O"] == 3
-        stub = onnx.load(str(folder / "enc_ctx.onnx"))
-        (node,) = stub.graph.node
-        attrs = {a.name: (a.s.decode() if a.s else a.i) for a in node.attribute}
-        assert node.op_type == "EPContext" and node.domain == "com.microsoft" and node.name == "enc"
-        assert attrs["ep_cache_context"] == "enc.bin" and attrs["embed_mode"] == 0
-        assert attrs["ep_sdk_version"] == "v2.40.0.251030"
+        soc_model = {"SM8750": 69, "QCS9100": 77}[t["soc"]]
+        device = cfg["devices"][0]
+        # audit #9: the chip goes in soc_model (soc_id is deprecated and means something else)
+        assert device["soc_model"] == soc_model and "soc_id" not in device
+        assert device["dsp_arch"] == {"SM8750": "v79", "QCS9100": "v73"}[t["soc"]]
+        # audit #6: graph_names as the converter names the graph, so the graph options apply
+        assert cfg["graphs"][0]["graph_names"] == ["_1st_enc_v2"]
+        info = json.loads((folder / "logs" / "1st.enc-v2.context.json").read_text())["info"]
+        assert info["graphs"][0]["info"]["graphName"] == "_1st_enc_v2"
+        assert info["graphs"][0]["info"]["graphBlobInfo"]["info"]["vtcmSize"] == 4
+        # audit #7: the arch is read from contextMetadata.info.dspArch and checked
+        stub = onnx.load(str(folder / "1st.enc-v2_ctx.onnx"))
         props = {p.key: p.value for p in stub.metadata_props}
+        assert props["qnn_release.htp_arch"] == {"SM8750": "79", "QCS9100": "73"}[t["soc"]]
         assert props["qnn_release.soc_model"] == str(soc_model)
-        assert (folder / "logs" / "converter.log").read_text().startswith("$ ")
-        assert "--float_bitwidth 16" in (folder / "logs" / "converter.log").read_text() or t["precision"] != "fp16"
+        onnx.checker.check_model(stub)
+        ins = {i.name: i.type.tensor_type.elem_type for i in stub.graph.input}
+        outs = {o.name: o.type.tensor_type.elem_type for o in stub.graph.output}
+        assert set(ins.values()) == set(outs.values()) == {TensorProto.FLOAT}  # callers pass and get float
+        (ctx,) = [n for n in stub.graph.node if n.op_type == "EPContext"]
+        assert list(ctx.input) == ["input_1"] and list(ctx.output) == ["feat_map", "probs_0"]
+        conv_log = (folder / "logs" / "converter.log").read_text()
+        assert "--preserve_io_datatype" not in conv_log
+        if t["precision"] == "fp16":
+            # audit #3: fp16 weights and math, float32 graph I/O kept by --preserve_io
+            assert "--float_bitwidth 16 --preserve_io" in conv_log
+            assert info["graphs"][0]["info"]["graphInputs"][0]["info"]["dataType"] == "QNN_DATATYPE_FLOAT_32"
+            assert set(ins) == {"input_1"} and set(outs) == {"feat_map", "probs_0"}
+        else:
+            # audit #4: quantized I/O in the binary, Q/DQ in the stub with zero point = -offset
+            gi = info["graphs"][0]["info"]["graphInputs"][0]["info"]
+            assert gi["dataType"] == "QNN_DATATYPE_UFIXED_POINT_16"
+            ops = [n.op_type for n in stub.graph.node]
+            assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 2
+            assert set(ins) == {"input.1"} and set(outs) == {"feat/map", "probs:0"}  # the ONNX names outside
+            zp = next(i for i in stub.graph.initializer if i.name == "input_1_zp")
+            assert int(numpy_helper.to_array(zp)) == -gi["quantizeParams"]["scaleOffset"]["offset"]
+        # no Android model library, so no NDK needed (audit #2): the host target only
+        assert "-t x86_64-linux-clang" in (folder / "logs" / "model-lib-generator.log").read_text()
     # conversion and model libraries ran once per graph and precision, not per chip
     converted = sorted(p.name for p in (tmp_path / "cache" / "work" / "prepared").rglob("qairt-*") if p.is_dir())
-    assert len(converted) == 2
-    lib_log = next((tmp_path / "cache").rglob("model-lib-generator.log")).read_text()
-    assert "16 KB" not in lib_log  # LDFLAGS carried the 16 KB page flag, so the tool did not warn
-    w8 = next(t for t in rep["targets"] if t["precision"] == "w8a16")
-    assert w8["calibration_sha256"] and "--input_list" in (out / w8["id"] / "logs" / "converter.log").read_text()
-    # all targets cached: the converter does not run again (as in the release job, fed from the store)
-    import shutil
-
+    assert len(converted) == 2 and rep["work"]["converter_runs_per_graph"] == 1.0
+    # a second build: every target cached, the converter does not run again
     for p in (tmp_path / "cache" / "work" / "prepared").rglob("qairt-*"):
         shutil.rmtree(p)
     r, rep, _ = _build(tmp_path, sdk, matrix)
@@ -76,7 +153,144 @@ def test_qairt_converts_once_and_compiles_per_chip(tmp_path, sdk):
     assert not list((tmp_path / "cache" / "work" / "prepared").rglob("qairt-*"))
 
 
-def test_qairt_rejected_op_fails_with_the_node_named(tmp_path, sdk):
+def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_path, sdk, monkeypatch):
+    """audit #5: when the converter makes the I/O channel-last, inputs go in NHWC and outputs come back
+    from NHWC (parity compares like with like); the stub presents NCHW to callers."""
+    from ci_tools.build import build
+    from ci_tools.matrix import load_matrix
+
+    (tmp_path / "models").mkdir()
+    f = conv_model(tmp_path / "models" / "c.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "cnn", f, graphs=[{"name": "enc", "file": "c.onnx"}],
+                                                chips=["SM8650"])])
+    for k, v in _env(tmp_path, sdk).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(qairt, "KEEP_ONNX_LAYOUT", False)
+    report = build(load_matrix(matrix), out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache")
+    (t,) = report.records
+    assert t["status"] == "ok", t.get("error")
+    folder = tmp_path / "dist" / t["id"]
+    info = json.loads((folder / "logs" / "enc.context.json").read_text())["info"]["graphs"][0]["info"]
+    assert info["graphInputs"][0]["info"]["dimensions"] == [1, 8, 8, 3]  # NHWC in the binary
+    assert info["graphOutputs"][0]["info"]["dimensions"] == [1, 8, 8, 4]
+    assert info["graphInputs"][0]["info"]["dataType"] == "QNN_DATATYPE_FLOAT_32"
+    assert t["per_output"]["feat/map"]["cosine"] > 0.999 and t["per_output"]["probs:0"]["snr_db"] > 30
+    stub = onnx.load(str(folder / "enc_ctx.onnx"))
+    assert [d.dim_value for d in stub.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 8, 8]
+    assert [n.op_type for n in stub.graph.node].count("Transpose") == 2
+
+
+def _run_stub_around_identity(stub: Path, feeds: dict) -> list[np.ndarray]:
+    """Run a stub with its EPContext node replaced by what a binary that copies its input would do."""
+    import onnxruntime as ort
+
+    m = onnx.load(str(stub))
+    nodes = list(m.graph.node)
+    i = next(k for k, n in enumerate(nodes) if n.op_type == "EPContext")
+    ctx = nodes[i]
+    copies = [helper.make_node("Identity", [ctx.input[0]], [o], name=f"copy_{o}") for o in ctx.output]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes[:i] + copies + nodes[i + 1:])
+    del m.opset_import[:]
+    m.opset_import.extend([helper.make_opsetid("", 21)])
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("dtype", ["QNN_DATATYPE_UFIXED_POINT_16", "QNN_DATATYPE_UFIXED_POINT_8",
+                                   "QNN_DATATYPE_FLOAT_16", "QNN_DATATYPE_FLOAT_32"])
+def test_the_stub_converts_layout_and_dtype_at_its_boundary(tmp_path, dtype):
+    """Transpose + Q (or Cast) in front, DQ (or Cast) + Transpose behind: what goes in comes out."""
+    quant = "FIXED" in dtype
+    scale, offset = (2.0 / (2 ** (16 if "16" in dtype else 8) - 1), -(2 ** (15 if "16" in dtype else 7))) \
+        if quant else (None, None)
+    kw = {"dtype": dtype, "dims": (1, 5, 6, 3), "onnx_shape": (1, 3, 5, 6), "perm": (0, 2, 3, 1),
+          "scale": scale, "offset": offset}
+    io_in, io_out = TensorIO(onnx="x", qnn="x", **kw), TensorIO(onnx="y.0", qnn="y_0", **kw)
+    names = write_stub(tmp_path / "s.onnx", [io_in], [io_out], graph_name="g", binary_name="g.bin", sdk="v2",
+                       props={})
+    assert names == {"x": "x_dq" if kw["perm"] else "x", "y.0": "y.0"}  # a wrapped input renamed outside
+    x = np.random.default_rng(0).uniform(-0.9, 0.9, (1, 3, 5, 6)).astype(np.float32)
+    (y,) = _run_stub_around_identity(tmp_path / "s.onnx", {names["x"]: x})
+    assert y.shape == x.shape and y.dtype == np.float32
+    tol = scale if quant else (1e-3 if "16" in dtype else 0)
+    assert np.max(np.abs(y - x)) <= tol + 1e-7
+
+
+def test_every_qnn_data_type_is_mapped_and_an_unknown_one_refused(tmp_path):
+    from ci_tools.prepare import TensorInfo
+
+    assert {"QNN_DATATYPE_INT_8", "QNN_DATATYPE_INT_16", "QNN_DATATYPE_INT_32", "QNN_DATATYPE_INT_64",
+            "QNN_DATATYPE_UINT_8", "QNN_DATATYPE_UINT_16", "QNN_DATATYPE_UINT_32", "QNN_DATATYPE_FLOAT_16",
+            "QNN_DATATYPE_FLOAT_32", "QNN_DATATYPE_UFIXED_POINT_8", "QNN_DATATYPE_UFIXED_POINT_16",
+            "QNN_DATATYPE_SFIXED_POINT_8", "QNN_DATATYPE_SFIXED_POINT_16", "QNN_DATATYPE_BOOL_8"} <= set(QNN_DTYPES)
+
+    class P:
+        def __init__(self):
+            self.inputs = [TensorInfo(name="x", dtype="float32", shape=[1, 4])]
+            self.outputs = [TensorInfo(name="y", dtype="float32", shape=[1, 4])]
+
+    def info(dtype):
+        t = {"info": {"name": "x", "dataType": dtype, "dimensions": [1, 4]}}
+        return {"graphs": [{"info": {"graphInputs": [t], "graphOutputs": [{"info": {**t["info"], "name": "y"}}]}}]}
+
+    ins, _ = tensor_io(info("QNN_DATATYPE_INT_16"), P(), tmp_path / "none.json", "t")
+    assert ins[0].np_dtype == np.int16 and not ins[0].quantized
+    with pytest.raises(CompileError, match="QNN_DATATYPE_STRING"):
+        tensor_io(info("QNN_DATATYPE_STRING"), P(), tmp_path / "none.json", "t")
+
+
+def test_a_graph_without_weights_converts_without_a_bin_file(tmp_path, sdk):  # audit #17
+    (tmp_path / "models").mkdir()
+    f = no_weights_model(tmp_path / "models" / "p.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "plain", f, chips=["SM8550"])])
+    r, rep, out = _build(tmp_path, sdk, matrix)
+    assert r.returncode == 0, r.stdout + r.stderr
+    logs = out / rep["targets"][0]["id"] / "logs"
+    assert "Saving Model BIN skipped" in (logs / "converter.log").read_text()
+    assert " -b " not in (logs / "model-lib-generator.log").read_text()
+
+
+def test_the_converter_needs_the_sdk_python_path_and_the_route_sets_it(tmp_path, sdk):  # audit #1
+    f = models.mlp(tmp_path / "m.onnx", dynamic_batch=False)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, str(sdk / "bin/x86_64-linux-clang/qnn-onnx-converter"), "--input_network",
+                        str(f), "--output_path", str(tmp_path / "m.cpp")], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "lib/python/ is in your PYTHONPATH" in r.stderr
+    env["PYTHONPATH"] = str(sdk / "lib" / "python")
+    r = subprocess.run([sys.executable, str(sdk / "bin/x86_64-linux-clang/qnn-onnx-converter"), "--input_network",
+                        str(f), "--output_path", str(tmp_path / "m.cpp")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert qairt.sdk_environment(sdk, {"PYTHONPATH": "/x", "PATH": "/usr/bin"})["PYTHONPATH"] == \
+        f"{sdk}/lib/python{os.pathsep}/x"
+
+
+def test_a_device_config_the_tools_ignore_is_caught(tmp_path, sdk, monkeypatch):  # audit #7, #9
+    """Written with sherpa-onnx's soc_id key, the chip is not applied: the binary's read-back says so."""
+    from ci_tools.build import build
+    from ci_tools.matrix import load_matrix
+
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"])])
+    for k, v in _env(tmp_path, sdk).items():
+        monkeypatch.setenv(k, v)
+    real = qairt.QairtBackend.htp_config
+
+    def soc_id_config(self, job, folder):
+        ext = real(self, job, folder)
+        cfg = json.loads((folder / "htp_config.json").read_text())
+        cfg["devices"][0]["soc_id"] = cfg["devices"][0].pop("soc_model")
+        (folder / "htp_config.json").write_text(json.dumps(cfg))
+        return ext
+
+    monkeypatch.setattr(qairt.QairtBackend, "htp_config", soc_id_config)
+    report = build(load_matrix(matrix), out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache")
+    (t,) = report.records
+    assert t["status"] == "failed" and "soc_model 0" in t["error"] and "asked for 69 / 79" in t["error"]
+
+
+def test_qairt_rejected_op_fails_with_the_node_named_and_keeps_the_logs(tmp_path, sdk):
     (tmp_path / "models").mkdir()
     bad = models.mlp(tmp_path / "models" / "bad.onnx", dynamic_batch=False, op="Erf")
     matrix = write_matrix(tmp_path, [path_model(tmp_path, "bad", bad, chips=["SM8650"])])
@@ -85,6 +299,33 @@ def test_qairt_rejected_op_fails_with_the_node_named(tmp_path, sdk):
     (t,) = rep["targets"]
     assert "Erf (act_erf)" in t["error"] and t["exit_code"] == 6 and "full log" in t["error"]
     assert not (out / t["id"]).exists()
+    # the failed target's work folder is kept, and the "full log" it names exists
+    log = t["error"].split("full log: ")[1].rstrip(")")
+    assert Path(log).is_file() and "Erf" in Path(log).read_text() and str(out / "failed") in log
+
+
+def test_package_of_a_qairt_build_names_assets_by_the_pinned_version_and_checks_the_sdk_zip(tmp_path, sdk):
+    """audit #8 (stamped buildId) and issue 9 (the gate compares the SDK's sha256, not only its version)."""
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"])])
+    (sdk / ".qnn-release-sdk.json").write_text(json.dumps({"sha256": "1" * 64, "version": sdk.name}))
+    r, rep, out = _build(tmp_path, sdk, matrix)
+    assert r.returncode == 0, r.stderr
+    assert rep["targets"][0]["sdk_sha256"] == "1" * 64
+    r = run_cli("package", "--matrix", str(matrix), "--out", str(out), "--qnn-sdk", str(sdk), "--require-verified",
+                env=_env(tmp_path, sdk))
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "release" / "manifest.json").read_text())
+    names = {a["name"] for a in manifest["assets"]}
+    assert names == {"m-sm8750-fp16-qnn2.40.0.251030.tar.bz2", "qnn-libs-2.40.0.251030.tar.bz2",
+                     "qnn-include-2.40.0.251030.tar.bz2"}
+    # the same version string from another zip: refused
+    other = make_fake_sdk(tmp_path / "other")
+    (other / ".qnn-release-sdk.json").write_text(json.dumps({"sha256": "2" * 64, "version": other.name}))
+    r = run_cli("package", "--matrix", str(matrix), "--out", str(out), "--qnn-sdk", str(other),
+                env=_env(tmp_path, sdk))
+    assert r.returncode == 9 and "same version string, other content" in r.stderr
 
 
 def test_qairt_without_sdk_is_a_clear_error(tmp_path):

@@ -1,19 +1,25 @@
 """A fake QAIRT SDK tree, standing in for Qualcomm's proprietary SDK (which cannot be downloaded here).
 
-It follows the documented contract of ``qairt/<version>/`` (REFERENCE.md section 3): the same
-folder layout, library names, tool names and flags, and the same output files:
+It follows the contract of ``qairt/<version>/`` as Qualcomm's own code and docs show it (each rule
+in ``tools.py`` cites its source: the QAIRT 2.25 SDK's converter Python and docs, Qualcomm's
+qairt-dev wheel, sherpa-onnx's workflows, onnxruntime-qnn's EPContext generator):
 
-- ``qnn-onnx-converter`` -> ``<out>.cpp``, ``<out>.bin`` (a tar of weights), ``<out>_net.json``
-- ``qnn-model-lib-generator`` -> ``model_libs/x86_64-linux-clang/lib<m>.so``, ``.../aarch64-android/lib<m>.so``
-- ``qnn-context-binary-generator`` -> ``<output_dir>/<binary_file>.bin``
-- ``qnn-context-binary-utility`` -> the JSON ``{"info": {"buildId", "graphs": [{"info": {"graphName",
-  "graphInputs", "graphOutputs"}}]}}`` that onnxruntime's gen_qnn_ctx_onnx_model.py reads
-- ``qnn-net-run`` -> ``<output_dir>/Result_<i>/<tensor>.raw``
+- ``qnn-onnx-converter`` (needs ``$QNN_SDK_ROOT/lib/python`` on PYTHONPATH) -> ``<out>.cpp``,
+  ``<out>_net.json`` and, when the graph has weights, ``<out>.bin``; the graph is named after the
+  sanitised output stem; 4-D/3-D I/O become channel-last unless ``--preserve_io layout``; float I/O
+  becomes FLOAT_16 with ``--float_bitwidth 16`` and UFIXED_POINT_8/16 when quantized, unless
+  ``--preserve_io datatype``
+- ``qnn-model-lib-generator`` -> ``<o>/<target>/lib<name>.so`` (aarch64-android needs ``ndk-build``)
+- ``qnn-context-binary-generator`` -> ``<output_dir>/<binary_file>.bin``; the device config's
+  ``soc_model`` and ``dsp_arch``, graph options only for the graph named as the converter named it
+- ``qnn-context-binary-utility`` -> ``{"info": {"buildId", "socModel", "contextMetadata": {"info":
+  {"dspArch"}}, "graphs": [{"info": {"graphName", "graphInputs", "graphOutputs"}}]}}``
+- ``qnn-net-run`` -> ``<output_dir>/Result_<i>/<sanitised tensor>.raw`` (float32), inputs in the
+  binary's dtype and layout
 
-Each tool checks its flags like the real one and fails with a message on stderr and a non-zero
-exit code. What is fake: the binaries carry the ONNX graph instead of Hexagon code, and
-``qnn-net-run`` stands in for the HTP simulator by running that graph with ONNX Runtime on CPU
-and rounding the outputs to the precision compiled for.
+Each tool fails like the real one with a message on stderr and a non-zero exit code. What is fake:
+the binaries carry the ONNX graph instead of Hexagon code, and ``qnn-net-run`` stands in for the
+HTP simulator by running that graph with ONNX Runtime on CPU, rounded to the precision compiled for.
 """
 
 from __future__ import annotations
@@ -38,8 +44,18 @@ def make_fake_sdk(parent: Path, version: str = "2.40.0.251030", *, omit: tuple[s
         p = bindir / name
         p.write_text(f"#!{sys.executable}\n" + tools)
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    # what the real bin/envsetup.sh exports (QAIRT 2.25 bin/envsetup.sh:23-51)
     (root / "bin" / "envsetup.sh").write_text(
-        f'export QNN_SDK_ROOT="{root}"\nexport PATH="$QNN_SDK_ROOT/bin/x86_64-linux-clang:$PATH"\n')
+        'AISW_SDK_ROOT="$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/..")"\n'
+        'export PYTHONPATH="${AISW_SDK_ROOT}/lib/python/${PYTHONPATH:+:$PYTHONPATH}"\n'
+        'export PATH="${AISW_SDK_ROOT}/bin/x86_64-linux-clang:$PATH"\n'
+        'export LD_LIBRARY_PATH="${AISW_SDK_ROOT}/lib/x86_64-linux-clang${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n'
+        'export QNN_SDK_ROOT="${AISW_SDK_ROOT}"\n')
+    # the converters' Python package (qti.aisw.converters), imported from $QNN_SDK_ROOT/lib/python
+    pkg = root / "lib" / "python" / "qti" / "aisw" / "converters"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for d in (pkg.parent.parent, pkg.parent, pkg):
+        (d / "__init__.py").write_text("")
     libs = ["lib/x86_64-linux-clang/libQnnHtp.so", "lib/x86_64-linux-clang/libQnnHtpNetRunExtensions.so",
             "lib/x86_64-linux-clang/libQnnSystem.so", "lib/x86_64-linux-clang/libQnnHtpPrepare.so",
             "lib/aarch64-android/libQnnHtp.so", "lib/aarch64-android/libQnnSystem.so",
