@@ -18,7 +18,8 @@ def test_socs_json_lists_catalog_ids():
         assert (socs[name]["soc_model"], socs[name]["htp_arch"]) == (soc_model, arch)
         assert socs[name]["htp_arch_number"] == int(arch[1:])
     assert socs["SM8350"]["fp16"] is False
-    assert socs["SM8350"]["disputed"] == {"sherpa": 35}
+    assert socs["SM8350"]["disputed"] == {"sh": 35}  # old shape: source -> the soc_model it gives
+    assert socs["SM8350"]["disputes"] == {"soc_model": {"sh": 35}}
 
 
 @pytest.mark.parametrize("spelling", ["SM8750", "sm8750", "SM8750-AC", "sm8750-ac", " SM8750\n",
@@ -60,11 +61,11 @@ def test_cli_resolve_and_unknown_exit_code():
 def test_catalog_rejects_alias_clash_and_unknown_group_member(tmp_path):
     src = DEFAULT_CATALOG.read_text()
     clash = tmp_path / "clash.yaml"
-    clash.write_text(src.replace("aliases: [qualcomm-snapdragon-8gen3, pineapple]",
-                                 "aliases: [qualcomm-snapdragon-8gen3, sm8750-ac]"))
+    clash.write_text(src.replace("aihub: [qualcomm-snapdragon-8gen3, sm8650]",
+                                 "aihub: [qualcomm-snapdragon-8gen3, sm8750-ac]"))
     with pytest.raises(ConfigError, match=r"clash.yaml:\d+: 'sm8750-ac' names both"):
         load_catalog(clash)
     group = tmp_path / "group.yaml"
-    group.write_text(src.replace("iot: [QCS9100, QCS8550]", "iot: [QCS9100, QCS9999]"))
+    group.write_text(src.replace("iot: [QCS9100, QCS9075,", "iot: [QCS9100, QCS9999,"))
     with pytest.raises(ConfigError, match=r"group.yaml:\d+: groups.iot: unknown chip 'QCS9999'"):
         load_catalog(group)
