@@ -53,3 +53,51 @@ def test_check_on_a_v85_chip_confirms_the_ep_rejects_its_arch():
     report = check(cat, [cat.get("SM8975")])
     f = _findings(report, "SM8975")["htp_arch"]
     assert "rejected" in f.toolchain and f.known
+
+
+FAKE_BACKEND_INFO = '''
+# Stands in for the QAIRT SDK's compiled module (same names: PyBackendInfo, get_soc_info_subset, socModel...).
+import json, os
+TABLE = json.loads(os.environ["FAKE_SOC_TABLE"])
+
+def is_backend_supported(backend):
+    return backend == "HTP"
+
+class _Info:
+    def __init__(self, name, row):
+        self.socName, self.socModel, self.socDspArch = name, row[0], row[1]
+        self.vtcmSizeinMB, self.numOfHvxThreads, self.supportsFp16 = row[2], 4, row[3]
+
+class PyBackendInfo:
+    def __init__(self, backend, soc):
+        self.soc = soc
+    def is_backend_supported_in_soc(self):
+        if self.soc not in TABLE:
+            raise RuntimeError(f"Unsupported SnapdragonModel {self.soc}")
+        return True
+    def get_soc_info_subset(self):
+        return _Info(self.soc, TABLE[self.soc])
+'''
+
+
+def test_check_compares_the_qairt_sdks_own_backend_info(tmp_path, monkeypatch):
+    import sys
+
+    root = tmp_path / "qairt" / "2.45.0.250101"
+    pkg = root / "lib" / "python" / "qti" / "aisw" / "converters" / "common"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent, pkg.parent.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "backend_info.py").write_text(FAKE_BACKEND_INFO)
+    # SM8750 as the catalog says; SA8295 with fp16 false and VTCM 4; SM8975 unknown to this (older) SDK
+    monkeypatch.setenv("FAKE_SOC_TABLE", json.dumps({"SM8750": [69, "v79", 8, True], "SA8295": [39, 68, 4, False]}))
+    monkeypatch.setenv("QNN_SDK_ROOT", str(root))
+    monkeypatch.setenv("QNN_PYTHON", sys.executable)
+    cat = load_catalog()
+    report = check(cat, [cat.get("SM8750"), cat.get("SA8295"), cat.get("SM8975")])
+    assert "QAIRT 2.45.0.250101 (backend_info)" in report.toolchains
+    qairt = {(f.soc, f.field): f for f in report.findings if f.source == "qairt"}
+    assert set(qairt) == {("SA8295", "fp16"), ("SA8295", "vtcm_mb"), ("SM8975", "name")}
+    assert (qairt[("SA8295", "fp16")].catalog, qairt[("SA8295", "fp16")].toolchain) == ("true", "false")
+    assert qairt[("SA8295", "fp16")].known is None  # a real SDK saying so would settle it: unexplained
+    assert qairt[("SM8975", "name")].known == "needs QNN >= 2.50"
