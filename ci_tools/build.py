@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, routes
 from .backends import get_backend
 from .errors import PrepareError, QnnReleaseError, SourceError
 from .matrix import LoadedMatrix, Model
-from .plan import Target, plan
+from .plan import Refusal, Target, make_plan
 from .prepare import Prepared, generate_inputs, prepare
 from .progress import Progress
 from .quantize import calibration_hash, load_calibration
@@ -48,6 +48,7 @@ class BuildReport:
     interrupted: bool = False
     timings: dict = field(default_factory=dict)
     work: dict = field(default_factory=dict)
+    refused: list[dict] = field(default_factory=list)  # (model, soc, precision) plan refused, with the reason
 
     @property
     def failed(self) -> list[dict]:
@@ -131,9 +132,13 @@ def build(loaded: LoadedMatrix, *, out: Path, model=None, soc=None, precision=No
     """
     started = time.monotonic()
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    targets = plan(loaded, model=model, soc=soc, precision=precision, graph=graph)
+    planned = make_plan(loaded, model=model, soc=soc, precision=precision, graph=graph,
+                        route=routes.detect(backend, loaded.matrix.sdk.qairt[0].version))
+    targets = planned.targets
     if not targets:
-        raise QnnReleaseError("nothing to build: the filters match no target", hint="see `qnn-release plan`")
+        raise QnnReleaseError("nothing to build: the filters match no target"
+                              + (f" ({planned.refused[0].reason})" if planned.refused else ""),
+                              hint="see `qnn-release plan`")
     route = get_backend(backend)
     sdk = route.sdk_version()
     cache = cache or default_cache()
@@ -141,8 +146,10 @@ def build(loaded: LoadedMatrix, *, out: Path, model=None, soc=None, precision=No
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
         _remove_temporaries(out)
-        return _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
-                      precompile_only, from_store)
+        report = _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
+                        planned.refused, precompile_only, from_store)
+        report.refused = [r.as_dict() for r in planned.refused]
+        return report
 
 
 @contextlib.contextmanager
@@ -167,7 +174,7 @@ def _remove_temporaries(out: Path) -> None:
 
 
 def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
-           precompile_only=False, from_store=False) -> BuildReport:
+           refused: list[Refusal], precompile_only=False, from_store=False) -> BuildReport:
     work = cache / "work"
     store = SourceStore(cache, loaded.root)
 
@@ -272,6 +279,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         "sdk_version": sdk, "started": when, "status": "interrupted" if interrupted else
         ("failed" if report.failed else "ok"), "timings": report.timings,
         "work": report.work, "prepared": prepared_records, "targets": ordered,
+        "refused": [r.as_dict() for r in refused],
     })
     if interrupted:
         raise KeyboardInterrupt
@@ -382,4 +390,6 @@ def summary(report: BuildReport) -> str:
                  "(max_abs), not on cosine; give real inputs with calibration.path")
     for r in report.failed:
         text += f"\nFAILED {r['id']}: {r['error']}"
+    for r in report.refused:
+        text += f"\nREFUSED {r['model']} {r['precision']} for {r['soc']}: {r['reason']}"
     return text

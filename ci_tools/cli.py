@@ -25,56 +25,76 @@ def _target_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--soc", action="append", help="a chip or a group (repeat for several)")
     p.add_argument("--precision", action="append", choices=["fp16", "w8a16", "int8"], help="repeatable")
     p.add_argument("--graph", action="append", help="only this graph of the model(s) (repeatable)")
+    p.add_argument("--backend", default="ort",
+                   help="compile route: ort (default) or qairt; chips it cannot target are refused")
 
 
 def cmd_socs(args: argparse.Namespace) -> int:
     from .report import table
-    from .socs import load_catalog
+    from .socs import load_catalog, select
 
     cat = load_catalog()
     if args.resolve:
-        soc = cat.resolve(args.resolve)
-        print(json.dumps(soc.as_dict(), indent=2) if args.json else f"{args.resolve} -> {soc.name} "
-              f"({soc.marketing}, soc_model {soc.soc_model}, {soc.arch})")
+        chip = cat.lookup(args.resolve)
+        target = cat.target(chip)
+        if args.json:
+            print(json.dumps({**chip.as_dict(), "build_target": target.name}, indent=2))
+        else:
+            print(f"{args.resolve.strip()} -> {chip.name} ({chip.marketing or 'no marketing name'}, soc_model "
+                  f"{chip.soc_model}, {chip.arch})" + (f"; builds as {target.name}" if target is not chip else ""))
         return 0
+    if args.readme:
+        from .socs_readme import README, update
+
+        changed = update(README, cat)
+        print(f"{'updated' if changed else 'unchanged'}: the chip table in {README}")
+        return 0
+    socs = select(cat, kind=args.kind, arch=args.arch)
     if args.check:
         from .socs_check import check
 
-        findings, qnn = check(cat)
-        print(f"compared {len(cat.socs)} chips with QNN {qnn} (onnxruntime-qnn)")
+        report = check(cat, socs)
         if args.json:
-            print(json.dumps([f.__dict__ for f in findings], indent=2))
-        elif findings:
-            print(table(["soc", "field", "catalog", "toolchain", "note"],
-                        [(f.soc, f.field, f.catalog, f.toolchain, f.note) for f in findings]))
+            print(json.dumps(report.as_dict(), indent=2))
         else:
-            print("no disagreement")
-        hard = [f for f in findings if "not for the asked chip" in f.note]
-        return 1 if hard else 0
+            print(report.text())
+        return 1 if report.unexplained else 0
     if args.json:
-        print(json.dumps({"socs": [s.as_dict() for s in cat.socs], "groups": cat.groups}, indent=2))
+        names = {s.name for s in socs}
+        print(json.dumps({"socs": [s.as_dict() for s in socs], "groups": {
+            g: [m for m in members if m in names] for g, members in cat.groups.items()}}, indent=2))
         return 0
-    print(table(["soc", "marketing", "soc_model", "htp", "vtcm", "fp16", "aliases"],
-                [(s.name, s.marketing, s.soc_model, s.arch, s.vtcm_mb or "?", "yes" if s.fp16 else "no",
-                  ", ".join(s.aliases)) for s in cat.socs]))
-    print("\ngroups: " + "; ".join(f"{g}: {' '.join(m)}" for g, m in cat.groups.items()))
+    print(table(["soc", "marketing", "kind", "soc_model", "htp", "vtcm", "fp16", "builds as", "AI Hub"],
+                [(s.name, s.marketing or "", s.kind, s.soc_model, s.arch, s.vtcm_mb or "?",
+                  {True: "yes", False: "no", None: "?"}[s.fp16], s.build_as or "",
+                  s.aihub[0] if s.aihub else "") for s in socs]))
+    print(f"\n{len(socs)} chips, {len({cat.target(s).name for s in socs})} build targets")
+    print("groups: " + "; ".join(f"{g}: {' '.join(m)}" for g, m in cat.groups.items()))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from . import routes
     from .matrix import load_matrix
-    from .plan import plan
+    from .plan import make_plan
     from .report import table
 
     loaded = load_matrix(args.matrix)
-    targets = plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph)
+    route = routes.detect(args.backend, loaded.matrix.sdk.qairt[0].version)
+    result = make_plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
+                       route=route)
+    targets = result.targets
     if args.json:
-        print(json.dumps({"matrix": str(loaded.path), "count": len(targets),
-                          "targets": [t.as_dict() for t in targets]}, indent=2))
+        print(json.dumps({"matrix": str(loaded.path), "route": route.label, "count": len(targets),
+                          "targets": [t.as_dict() for t in targets],
+                          "refused": [r.as_dict() for r in result.refused]}, indent=2))
     else:
         print(table(["target", "model", "graph", "soc", "htp", "precision"],
                     [(t.id, t.model.name, t.graph, t.soc.name, t.soc.arch, t.precision) for t in targets]))
-        print(f"\n{len(targets)} targets, {len({t.soc.name for t in targets})} chips")
+        print(f"\n{len(targets)} targets, {len({t.soc.name for t in targets})} chips ({route.label})")
+        for r in result.refused:
+            print(f"refused: {r.model} {r.precision} for {r.reason}" if r.reason.startswith(r.soc)
+                  else f"refused: {r.model} {r.precision} for {r.soc}: {r.reason}")
     return 0
 
 
@@ -142,8 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("socs", help="list the chip catalog, resolve a chip name, or check it against QNN")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--check", action="store_true", help="compare with what onnxruntime-qnn reports")
-    p.add_argument("--resolve", metavar="NAME", help="SM8750, sm8750-ac, qualcomm-snapdragon-8-elite, getprop output")
+    p.add_argument("--check", action="store_true",
+                   help="compare with what the installed toolchain reports (onnxruntime-qnn; the QAIRT SDK "
+                   "at $QNN_SDK_ROOT when set); exit 1 on a disagreement the catalog does not explain")
+    p.add_argument("--resolve", metavar="NAME", help="SM8750, sm8750-ac, qualcomm-snapdragon-8-elite, getprop "
+                   "ro.soc.model output, soc_id:639 (/sys/devices/soc0/soc_id), a codename")
+    p.add_argument("--kind", choices=["phone", "iot", "auto", "compute", "xr", "wear"], help="only chips of this kind")
+    p.add_argument("--arch", help="only chips of this HTP arch (v79 or 79)")
+    p.add_argument("--readme", action="store_true", help="regenerate the chip table in README.md")
     p.set_defaults(func=cmd_socs)
 
     p = sub.add_parser("plan", help="expand the matrix into targets (model, graph, chip, precision)")

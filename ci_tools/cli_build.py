@@ -69,7 +69,6 @@ def _package_args(p) -> None:
 def register(sub, matrix_arg, target_filters) -> None:
     p = sub.add_parser("build", help="prepare, compile and verify every target of the matrix")
     target_filters(p)
-    p.add_argument("--backend", default="ort", help="compile route: ort (default) or qairt")
     p.add_argument("-j", "--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
                    help="targets compiled at once, each in its own process")
     p.add_argument("--out", type=Path, default=Path("dist"))

@@ -49,6 +49,10 @@ def soc_from_adb(serial: str | None = None) -> str:
     argv = [adb, *(["-s", serial] if serial else []), "shell", "getprop", "ro.soc.model"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     value = r.stdout.strip()
+    if r.returncode == 0 and not value:  # no ro.soc.model (Android < 12): the kernel's soc_id
+        soc_id = subprocess.run([*argv[:-2], "cat", "/sys/devices/soc0/soc_id"], capture_output=True, text=True,
+                                timeout=30).stdout.strip()
+        value = f"soc_id:{soc_id}" if soc_id.isdigit() else ""
     if r.returncode != 0 or not value:
         raise UsageError(f"adb getprop ro.soc.model failed: {(r.stderr or 'no output').strip()[:200]}",
                          hint="is the device connected and authorised (`adb devices`)?")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .errors import ConfigError
 from .paths import REPO_ROOT
-from .socs import Catalog, UnknownSocError, load_catalog
+from .socs import Catalog, Soc, UnknownSocError, load_catalog
 from .validation import PATTERN_HINTS, did_you_mean, dotted_path, validate
 from .yaml_lines import Loc, line_of, load_with_lines
 
@@ -94,6 +94,9 @@ class Options(_Frozen):
     vtcm_mb: int | None = Field(default=None, gt=0, le=64)
     optimization_level: Literal[1, 2, 3] = 3
     verify: dict[Precision, Thresholds] = Field(default={}, description="override the default parity thresholds")
+    fp16_unknown: Literal["refuse", "try"] = Field(
+        default="refuse", description="fp16 on a chip whose fp16 support no source gives (fp16: null in "
+        "matrix/socs.yaml): refuse it, or try (the compile fails if the HTP has no fp16)")
 
 
 class HfSource(_Frozen):
@@ -223,29 +226,43 @@ def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None]
                     "add it with its sha256 under source.files")
         if len(set(model.precisions)) != len(model.precisions):
             return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
-        socs = []
+        named = []  # chips the model names one by one (a group's members are refused in `plan` instead)
         for j, chip in enumerate(model.chips):
             try:
-                socs += catalog.expand(chip)
+                socs = catalog.expand(chip)
             except UnknownSocError as e:
                 return (("models", i, "chips", j), e.message, e.hint)
+            if catalog.group(chip) is None:
+                named += socs
         for k, ex in enumerate(model.exclude):
             if ex.soc is not None:
                 try:
-                    if catalog.resolve(ex.soc).name != ex.soc:
-                        return (("models", i, "exclude", k, "soc"), f"write the catalog name for '{ex.soc}'",
-                                f"use {catalog.resolve(ex.soc).name}")
+                    target = catalog.resolve(ex.soc)
                 except UnknownSocError as e:
                     return (("models", i, "exclude", k, "soc"), e.message, e.hint)
+                if target.name != ex.soc:
+                    return (("models", i, "exclude", k, "soc"), f"write the catalog name for '{ex.soc}'",
+                            f"use {target.name}" + (f" ({ex.soc} builds as {target.name})"
+                                                    if catalog.lookup(ex.soc).name == ex.soc else ""))
             if ex.graph is not None and ex.graph not in graph_names:
                 return (("models", i, "exclude", k, "graph"), f"unknown graph '{ex.graph}'",
                         did_you_mean(ex.graph, graph_names))
-        for soc in socs:
-            for g in model.graphs:
-                if "fp16" in model.precisions and not soc.fp16 and not model.excluded(soc.name, "fp16", g.name):
-                    return (("models", i, "precisions"),
-                            f"fp16 for {soc.name}: its HTP ({soc.arch}) has no fp16, the graph would fall back to CPU",
-                            f"add `exclude: [{{soc: {soc.name}, precision: fp16}}]` or compile it as w8a16")
+        for soc in named:
+            reason = fp16_refusal(model, soc) if "fp16" in model.precisions else None
+            if reason and not all(model.excluded(soc.name, "fp16", g.name) for g in model.graphs):
+                unknown = soc.fp16 is None
+                return (("models", i, "precisions"), f"fp16 for {reason}",
+                        f"add `exclude: [{{soc: {soc.name}, precision: fp16}}]` or compile it as w8a16"
+                        + (", or set options.fp16_unknown: try" if unknown else ""))
+    return None
+
+
+def fp16_refusal(model: Model, soc: Soc) -> str | None:
+    """Why ``model`` may not compile fp16 for ``soc``, or None."""
+    if soc.fp16 is False:
+        return f"{soc.name}: its HTP ({soc.arch}) has no fp16, the graph would fall back to CPU"
+    if soc.fp16 is None and model.options.fp16_unknown == "refuse":
+        return f"{soc.name}: no source says whether its HTP ({soc.arch}) has fp16"
     return None
 
 

@@ -30,6 +30,11 @@ BROKEN = {
                      r"unknown chip 'SM8751'.*did you mean SM8750\?"),
     "fp16-on-v68": (SRC.replace("chips: [flagship, QCS9100]", "chips: [SM8350]", 1),
                     r"fp16 for SM8350.*v68.*exclude"),
+    "fp16-unknown": (SRC.replace("chips: [flagship, QCS9100]", "chips: [SM8845]", 1),
+                     r"fp16 for SM8845: no source says whether its HTP \(v81\) has fp16.*fp16_unknown: try"),
+    "exclude-a-chip-that-builds-as-another": (SRC.replace(
+        "chips: [flagship, QCS9100]\n", "chips: [flagship, QCS9100]\n    exclude: [{soc: QCS9075}]\n", 1),
+        r"exclude\[0\]\.soc: write the catalog name for 'QCS9075'.*use QCS9100 \(QCS9075 builds as QCS9100\)"),
     "duplicate-model": (SRC.replace("name: rapidocr", "name: silero-vad"), r"duplicate model name 'silero-vad'"),
     "unpinned-pip": (SRC.replace("package: silero-vad==6.2.3", "package: silero-vad"), r"name==version"),
     "bad-sha256": (SRC.replace("7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87", "abc"),
@@ -130,3 +135,26 @@ def test_demo_matrix_validates_against_committed_schema():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(yaml.safe_load(SRC.replace("precisions: [fp16]", "precisions: [fp8]", 1)),
                             json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_fp16_unknown_try_lets_the_model_compile_it(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(SRC.replace(VAD_TAIL, VAD_TAIL.replace(
+        "chips: [flagship, QCS9100]\n", "chips: [SM8845]\n    options: {fp16_unknown: try}\n")))
+    assert [t.id for t in plan(load_matrix(path), model="silero-vad")] == ["silero-vad.vad.sm8845.fp16"]
+
+
+def test_group_members_without_fp16_are_refused_by_plan_with_the_reason(tmp_path):
+    from ci_tools.plan import make_plan
+    from ci_tools.socs import load_catalog
+
+    path = tmp_path / "m.yaml"
+    path.write_text(SRC.replace(VAD_TAIL, VAD_TAIL.replace("chips: [flagship, QCS9100]", "chips: [phones]")))
+    result = make_plan(load_matrix(path), model="silero-vad")
+    cat = load_catalog()
+    built = {t.soc.name for t in result.targets}
+    refused = {r.soc: r.reason for r in result.refused}
+    phones = {s.name for s in cat.expand("phones")}
+    assert built | set(refused) == phones and not built & set(refused)
+    assert built == {n for n in phones if cat.get(n).fp16 is True}
+    assert "has no fp16" in refused["SM8350"] and "no source says" in refused["SM8475"]

@@ -112,7 +112,8 @@ def test_large_matrix_renders_no_matrix_over_256_and_lints_clean(tmp_path):
     graphs = [{"name": f"g{i:02d}", "file": "m.onnx"} for i in range(19)]
     big = path_model(tmp_path, "big", f, graphs=graphs, precisions=["fp16", "w8a16", "int8"],
                      chips=["flagship", "iot", "auto", "compute", "SM8450", "SM8475"],
-                     exclude=[{"soc": "SA8295", "precision": "fp16"}], options={"fan_out": "target"})
+                     exclude=[{"soc": "SA8295", "precision": "fp16"}, {"soc": "SM8475", "precision": "fp16"}],
+                     options={"fan_out": "target"})
     matrix = write_matrix(tmp_path, [big, path_model(tmp_path, "small", f, chips=["SM8750"])])
     targets = run_cli("plan", "--matrix", str(matrix), "--json")
     count = int(re.search(r'"count": (\d+)', targets.stdout)[1])
