@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import multiprocessing
+import os
 import re
 import shutil
 import subprocess
@@ -189,21 +190,31 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         by_model.setdefault(t.model.name, []).append(t)
     for model_targets in by_model.values():
         m = model_targets[0].model
+        t0 = time.monotonic()
+        preps: dict[str, Prepared] = {}
         try:
-            t0 = time.monotonic()
             src, src_digest = _sources(store, m, work)
-            preps: dict[str, Prepared] = {}
-            for g in m.graphs:
-                if any(t.graph == g.name for t in model_targets):
-                    source_sha = sha256_file(src / g.file) if (src / g.file).is_file() else src_digest
-                    preps[g.name] = prepare(m, g, src, work / "prepared", source_sha, seed=m.calibration.seed)
-                    prepared_records.append(preps[g.name].as_dict())
-            prepare_seconds += time.monotonic() - t0
-        except (SourceError, PrepareError) as e:
-            for t in model_targets:
-                records[t.id] = _failed(t, e)
-                progress.finished(records[t.id])
+        except Exception as e:  # one model's failure never stops the others
+            _fail_all(model_targets, _as_error(e, f"{m.name}: sources", SourceError), records, progress)
             continue
+        for g in m.graphs:
+            mine = [t for t in model_targets if t.graph == g.name]
+            if not mine:
+                continue
+            try:
+                source_sha = sha256_file(src / g.file) if (src / g.file).is_file() else src_digest
+                preps[g.name] = prepare(m, g, src, work / "prepared", source_sha, seed=m.calibration.seed)
+                prepared_records.append(preps[g.name].as_dict())
+            except Exception as e:  # one graph's failure never stops the others
+                _fail_all(mine, _as_error(e, f"{m.name}/{g.name}: prepare", PrepareError), records, progress)
+        prepare_seconds += time.monotonic() - t0
+        model_targets = [t for t in model_targets if t.graph in preps]
+        for g_name, prep in preps.items():
+            mine = [t for t in model_targets if t.graph == g_name]
+            rejected = None if force or from_store or precompile_only else _doctor(route, prep, mine, out, cache)
+            if rejected is not None:
+                _fail_all(mine, rejected, records, progress)
+        model_targets = [t for t in model_targets if t.id not in records]
         inputs: dict[tuple[str, str], tuple[list | None, list | None, str | None]] = {}
         precompiled: dict[tuple[str, str], Path | None] = {}
         for t in model_targets:
@@ -241,7 +252,9 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
                 prepared=prep, backend=backend, key=key, out=out, store=cache / "targets", seed=m.calibration.seed,
                 verify_samples=(real or samples or [])[:4] or None, calibration=samples, calibration_hash=chash,
-                precompiled=precompiled[gp], precompile_run=_precompile_run(precompiled[gp])))
+                precompiled=precompiled[gp], precompile_run=_precompile_run(precompiled[gp]),
+                inputs_note=(f"samples: {min(len(real), 4)} from calibration.path ({m.calibration.path})" if real
+                             else None)))
 
     if missing:
         from .errors import PackageError
@@ -323,9 +336,49 @@ def _precompile_report(loaded, out, backend, sdk, prepared_records, done, record
     return report
 
 
+def _as_error(e: Exception, what: str, kind: type[QnnReleaseError]) -> QnnReleaseError:
+    """A failure as the one-line error of its stage: an unexpected exception becomes ``kind`` too,
+    with its type and message (the build goes on with the other graphs and writes its report)."""
+    if isinstance(e, QnnReleaseError):
+        return e
+    import traceback
+
+    err = kind(f"{what} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}".rstrip(": "),
+               hint="an unexpected error (run with --verbose for the traceback); please report it")
+    if os.environ.get("QNN_RELEASE_VERBOSE"):
+        traceback.print_exc()
+    return err
+
+
+def _fail_all(targets: list[Target], e: QnnReleaseError, records: dict, progress: Progress) -> None:
+    for t in targets:
+        records[t.id] = _failed(t, e)
+        progress.finished(records[t.id])
+
+
+def _doctor(route, prep: Prepared, targets: list[Target], out: Path, cache: Path) -> QnnReleaseError | None:
+    """Once per graph, before any chip is compiled: a trial compile (CPU fallback allowed) for the most
+    capable chip among the targets names every node HTP rejects. A rejection then fails the graph's
+    targets once, with its cause, instead of once per chip. Routes without a trial skip this."""
+    trial = getattr(route, "doctor", None)
+    fp16 = [t for t in targets if t.precision == "fp16"]
+    if trial is None or not fp16:
+        return None
+    t = max(fp16, key=lambda x: (x.soc.htp_arch, x.soc.soc_model))
+    diagnosis = trial(prep, t.soc)
+    if diagnosis is None or not diagnosis.rejected:
+        return None
+    from .errors import CompileError
+
+    return CompileError(f"{prep.model}/{prep.graph}: {diagnosis.summary()} (trial compile for {t.soc.name}, "
+                        f"{t.soc.arch}; no chip was compiled)",
+                        hint="`qnn-release inspect` shows every op with its reason and fix",
+                        details={"diagnosis": {**diagnosis.as_dict(), "trial_soc": t.soc.name}})
+
+
 def _failed(t: Target, e: QnnReleaseError) -> dict:
     return {"id": t.id, "model": t.model.name, "graph": t.graph, "soc": t.soc.name, "precision": t.precision,
-            "status": "failed", "error": str(e), "exit_code": e.exit_code}
+            "status": "failed", "error": str(e), "exit_code": e.exit_code, **(e.details or {})}
 
 
 def _real_inputs(loaded: LoadedMatrix, m: Model, prep: Prepared) -> list[dict[str, np.ndarray]] | None:
@@ -337,7 +390,8 @@ def _real_inputs(loaded: LoadedMatrix, m: Model, prep: Prepared) -> list[dict[st
 
 
 def _generated(m: Model, prep: Prepared) -> list[dict[str, np.ndarray]]:
-    return generate_inputs(prep.inputs, count=m.calibration.samples, seed=m.calibration.seed)
+    return generate_inputs(prep.inputs, count=m.calibration.samples, seed=m.calibration.seed,
+                           ranges=prep.input_ranges)
 
 
 def _run_all(specs: list[TargetSpec], jobs: int, progress: Progress):

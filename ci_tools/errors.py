@@ -10,10 +10,12 @@ from __future__ import annotations
 class QnnReleaseError(Exception):
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None):
+    def __init__(self, message: str, hint: str | None = None, details: dict | None = None):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = details  # structured facts for the build report (a diagnosis, per-output numbers)
+        self.rejected: list[tuple[str, str]] = []  # (op type, node) a compile route named as unsupported
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} (hint: {self.hint})"

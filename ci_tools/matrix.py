@@ -57,6 +57,10 @@ class InputSpec(_Frozen):
     shape: list[Annotated[int, Field(gt=0)]] = Field(
         description="static shape: every dimension a fixed integer > 0 (batch 1, fixed chunk)")
     dtype: DType | None = Field(default=None, description="override the graph's dtype, e.g. int32 for an int64 input")
+    range: list[float] | None = Field(
+        default=None, min_length=2, max_length=2,
+        description="[low, high) of generated values for verification and calibration when there are no real "
+        "samples, e.g. [-32768, 32767] for int16-scaled audio (default: [-1, 1) for floats)")
 
 
 class Thresholds(_Frozen):
@@ -73,6 +77,9 @@ class Graph(_Frozen):
         default={}, description="static shapes for inputs whose shape is dynamic: {name: [1, 576]}")
     constants: dict[str, int | float | list[int] | list[float]] = Field(
         default={}, description="inputs folded into constants, e.g. {sr: 16000}")
+    fixes: list[Literal["clip-to-max-min"]] = Field(
+        default=[], description="small graph rewrites prepare applies (and checks for parity) where the export "
+        "cannot be changed: clip-to-max-min rewrites a Clip with run-time or infinite bounds as Max/Min")
 
 
 class Calibration(_Frozen):
@@ -94,6 +101,8 @@ class Options(_Frozen):
     vtcm_mb: int | None = Field(default=None, gt=0, le=64)
     optimization_level: Literal[1, 2, 3] = 3
     verify: dict[Precision, Thresholds] = Field(default={}, description="override the default parity thresholds")
+    prepare_min_cosine: float = Field(default=0.9999, ge=-1, le=1, description="how close the prepared graph must "
+                                      "stay to the original on CPU (both run at the same optimisation level)")
     fp16_unknown: Literal["refuse", "try"] = Field(
         default="refuse", description="fp16 on a chip whose fp16 support no source gives (fp16: null in "
         "matrix/socs.yaml): refuse it, or try (the compile fails if the HTP has no fp16)")

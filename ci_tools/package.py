@@ -104,7 +104,7 @@ def _source_info(model: Model, prepared: list[Prepared]) -> dict:
 def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, bytes]]:
     import io
 
-    feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7)
+    feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges)
     (expected,) = run_cpu(prep.path, feeds)
     members = []
     for kind, names, arrays in (("inputs", [t.name for t in prep.inputs], [feeds[0][t.name] for t in prep.inputs]),

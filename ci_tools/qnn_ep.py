@@ -6,9 +6,12 @@ device objects. The old ``providers=["QNNExecutionProvider"]`` silently runs on 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +37,36 @@ def _ort():
             hint="pip install 'qnn-release[ort]' (Python >= 3.11), or use --backend qairt") from None
     # The EP warns about Windows-only features on every session; errors we report ourselves.
     ort.set_default_logger_severity(_severity())
-    ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
+    with _quiet_native_stderr():  # the QNN library's "# LIBNATIVE" banner
+        ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
+        ort.get_ep_devices()
     return ort, onnxruntime_qnn
+
+
+@contextlib.contextmanager
+def _redirect_fds(target: int):
+    """Point the process's stdout and stderr (the C++ libraries write there) at ``target`` for a while."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    if os.environ.get("QNN_RELEASE_VERBOSE"):
+        yield
+        return
+    with open(os.devnull, "wb") as null, _redirect_fds(null.fileno()):
+        yield
 
 
 def qnn_version() -> str:
@@ -83,12 +114,48 @@ def session_options(*, allow_cpu_fallback: bool, options: dict, context_path: Pa
     return so
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LOG_LINE = re.compile(r"^\S+ \S+ \[([EWIV]):onnxruntime:[^\]]*\] (.*)$")
+
+
+@contextlib.contextmanager
+def native_log(path: Path | None):
+    """Send what onnxruntime and the QNN libraries print on stderr (their banner, the EP's warnings and
+    errors) to ``path``: quiet output by default, the evidence kept in the target's log. The EP's
+    own messages are asked for at warning level while this is on."""
+    if path is None:
+        yield
+        return
+    ort, _ = _ort()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f, _redirect_fds(f.fileno()):
+        ort.set_default_logger_severity(2)
+        try:
+            yield
+        finally:
+            ort.set_default_logger_severity(_severity())
+    if os.environ.get("QNN_RELEASE_VERBOSE"):
+        sys.stderr.write(path.read_text(errors="replace"))
+
+
+def log_errors(text: str) -> list[str]:
+    """The EP's error lines from a captured log, without colours and timestamps."""
+    out = []
+    for line in ANSI.sub("", text).splitlines():
+        m = LOG_LINE.match(line.strip())
+        if m and m[1] == "E" and m[2] not in out:
+            out.append(m[2])
+    return out
+
+
 def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
-                    allow_cpu_fallback: bool = False) -> tuple[Path, Path]:
+                    allow_cpu_fallback: bool = False, log: Path | None = None) -> tuple[Path, Path]:
     """Compile ``model`` into ``<out_dir>/<stem>_ctx.onnx`` + ``<stem>_ctx_qnn.bin``.
 
     The EP refuses to write over an existing file, and a crash half-way must not leave a
     file that looks finished: compile into a fresh folder next to ``out_dir``, then move.
+    With ``log``, the EP's messages go there and a failure names their cause: the nodes the EP
+    calls unsupported (``CompileError.rejected``) or its first error line.
     """
     ort, _ = _ort()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -96,10 +163,23 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
     try:
         so = session_options(allow_cpu_fallback=allow_cpu_fallback, options=options,
                              context_path=scratch / f"{stem}_ctx.onnx")
+        if log is not None:
+            so.log_severity_level = 2
         try:
-            ort.InferenceSession(str(model), sess_options=so)
+            with native_log(log):
+                ort.InferenceSession(str(model), sess_options=so)
         except Exception as e:  # onnxruntime raises its own untyped errors
-            raise CompileError(_first_line(e)) from None
+            err = CompileError(_first_line(e))
+            if log is not None and log.is_file():
+                from .doctor import unsupported_from_log
+
+                text = log.read_text(errors="replace")
+                err.rejected = unsupported_from_log(text)
+                causes = [x for x in log_errors(text) if "fallback to CPU EP has been explicitly disabled" not in x
+                          and "Unsupported nodes" not in x and x not in err.message]
+                if causes and not err.rejected:
+                    err.message = f"{err.message.rstrip(':. ')}; QNN EP: {'; '.join(causes[:2])[:500]}"
+            raise err from None
         ctx, bins = scratch / f"{stem}_ctx.onnx", sorted(scratch.glob("*.bin"))
         if not ctx.exists() or not bins:
             raise CompileError(f"the QNN EP wrote no context binary for {model.name}")
@@ -120,7 +200,8 @@ def cpu_nodes_when_falling_back(model: Path, options: dict) -> list[tuple[str, s
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            ctx, _ = compile_context(model, Path(tmp), "probe", options, allow_cpu_fallback=True)
+            ctx, _ = compile_context(model, Path(tmp), "probe", options, allow_cpu_fallback=True,
+                                     log=Path(tmp) / "probe.log")
         except CompileError:
             return []
         graph = onnx.load(str(ctx), load_external_data=False).graph

@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import QnnReleaseError
 from .matrix import Options
-from .prepare import Prepared, generate_inputs, run_cpu
+from .prepare import Prepared, generate_inputs, generated_inputs_note, run_cpu
 from .report import replace_dir, write_json
 from .socs import Soc
 
@@ -45,6 +45,7 @@ class TargetSpec:
     calibration_hash: str | None
     precompiled: Path | None
     precompile_run: str | None = None  # id of the conversion run ``precompiled`` came from
+    inputs_note: str | None = None  # where verify_samples come from (None: generated here)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -106,9 +107,12 @@ def run_target(spec: TargetSpec) -> dict:
         job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
                          options=spec.options, out_dir=tmp, calibration=spec.calibration, precompiled=spec.precompiled)
         result = backend.compile(job)
-        feeds = spec.verify_samples or generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1)
+        feeds = spec.verify_samples or generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1,
+                                                       ranges=spec.prepared.input_ranges)
+        inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
         ran = backend.run(job, result, feeds)
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        size = sum(b.stat().st_size for b in result.binaries)
         record.update({
             "sdk_version": result.sdk_version,
             "compile_seconds": round(result.seconds, 3),
@@ -116,7 +120,13 @@ def run_target(spec: TargetSpec) -> dict:
             "files": [{"name": str(p.relative_to(tmp)), "size": p.stat().st_size} for p in files],
             "context_onnx": result.context_onnx.name,
             "binaries": [b.name for b in result.binaries],
-            "size": sum(b.stat().st_size for b in result.binaries),
+            "size": size,
+            # no CPU fallback: every node of the prepared graph runs on HTP
+            "placement": {"htp_nodes": sum(spec.prepared.op_counts.values()), "cpu_nodes": 0,
+                          "ops": spec.prepared.op_counts},
+            "parameters": spec.prepared.parameters,
+            "bytes_per_parameter": round(size / spec.prepared.parameters, 3) if spec.prepared.parameters else None,
+            "verify_inputs": inputs_note,
             "calibration_sha256": spec.calibration_hash,
             "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
         })
@@ -127,11 +137,12 @@ def run_target(spec: TargetSpec) -> dict:
             outputs, emu_seconds = ran
             reference = run_cpu(spec.prepared.path, feeds)
             v = check(spec.target_id, [o.name for o in spec.prepared.outputs], reference, outputs,
-                      thresholds_for(spec.options, spec.precision), emu_seconds)
+                      thresholds_for(spec.options, spec.precision), emu_seconds, precision=spec.precision,
+                      inputs_note=inputs_note)
             record.update({"verified": True, "parity": v.parity.as_dict(), "per_output": v.per_output,
                            "thresholds": v.thresholds, "emulator_seconds": round(emu_seconds, 4),
                            "emulator_seconds_total": round(emu_seconds * len(feeds), 4),
-                           "verify_samples": v.samples, "passed_by": v.passed_by})
+                           "verify_samples": v.samples, "passed_by": v.passed_by, "worst_output": v.worst_output})
         from datetime import datetime, timezone
 
         record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -143,7 +154,7 @@ def run_target(spec: TargetSpec) -> dict:
         tmp = None
         put_in_store(final, spec.store / spec.key)
     except QnnReleaseError as e:
-        record.update({"status": "failed", "error": str(e), "exit_code": e.exit_code})
+        record.update({"status": "failed", "error": str(e), "exit_code": e.exit_code, **(e.details or {})})
     except Exception as e:  # a bug or an unexpected library error: keep it on one target
         record.update({"status": "failed", "error": f"internal error: {type(e).__name__}: {e}".splitlines()[0],
                        "exit_code": 70, "traceback": traceback.format_exc()})

@@ -65,15 +65,19 @@ def test_rejected_op_fails_with_node_named_and_others_continue(repo, tmp_path):
     good = models.mlp(repo / "models" / "good.onnx", dynamic_batch=False)
     bad = models.mlp(repo / "models" / "bad.onnx", dynamic_batch=False, op="Erf")
     matrix = write_matrix(repo, [path_model(repo, "good", good, chips=["SM8650"]),
-                                 path_model(repo, "bad", bad, chips=["SM8650"])])
+                                 path_model(repo, "bad", bad, chips=["SM8650", "SM8550"])])
     out = tmp_path / "dist"
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "-j", "1", env=_env(tmp_path / "c"))
     assert r.returncode == 8, r.stderr
     rep = {t["id"]: t for t in _report(out)["targets"]}
     assert rep["good.main.sm8650.fp16"]["status"] == "ok"
-    bad_t = rep["bad.main.sm8650.fp16"]
-    assert bad_t["status"] == "failed" and "Erf (act_erf)" in bad_t["error"] and bad_t["exit_code"] == 6
-    assert not (out / "bad.main.sm8650.fp16").exists()
+    # one trial compile names the cause and the fix; no chip is compiled for the graph
+    for soc in ("sm8650", "sm8550"):
+        bad_t = rep[f"bad.main.{soc}.fp16"]
+        assert bad_t["status"] == "failed" and "Erf x1 (act_erf)" in bad_t["error"] and bad_t["exit_code"] == 6
+        assert "tanh approximation" in bad_t["error"] and "no chip was compiled" in bad_t["error"]
+        assert bad_t["diagnosis"]["ops"] == {"Erf": 1} and bad_t["diagnosis"]["trial_soc"] == "SM8650"
+        assert not (out / f"bad.main.{soc}.fp16").exists()
     assert not [p for p in out.iterdir() if p.name.startswith(".") and p.is_dir()], "temporary folders left behind"
     assert "Traceback" not in r.stderr
 

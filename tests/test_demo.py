@@ -45,7 +45,9 @@ def test_published_vad_with_sample_rate_switch_is_prepared_and_compiled(tmp_path
                      "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49"}},
              "graphs": [{"name": "vad", "file": "silero_vad/data/silero_vad_16k_op15.onnx",
                          "inputs": {"input": [1, 512], "state": [2, 1, 128]}, "constants": {"sr": 16000}}],
-             "chips": ["SM8750"]}
+             "chips": ["SM8750"],
+             # HTP's fp16 sigmoid flushes probabilities below ~4e-3 to 0 (see matrix/models.yaml)
+             "options": {"verify": {"fp16": {"max_abs": 0.005}}}}
     matrix = write_matrix(tmp_path, [model])
     out = tmp_path / "dist"
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out),

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from .. import qnn_ep
+from ..doctor import diagnose
 from ..errors import CompileError
 from ..quantize import quantize_graph
 from . import CompileJob, CompileResult
@@ -31,6 +32,24 @@ class OrtBackend:
             return None  # the EP converts float graphs to fp16 itself
         return quantize_graph(prepared.path, precision, calibration or [])
 
+    def doctor(self, prepared, soc):
+        """The nodes HTP rejects in ``prepared`` on ``soc`` (a trial compile, kept beside the prepared graph)."""
+        import json
+
+        from ..doctor import Diagnosis, trial_compile
+        from ..report import write_json
+
+        cache = prepared.path.parent / f"doctor-{qnn_ep.qnn_version()}-v{soc.htp_arch}-{soc.soc_model}.json"
+        try:
+            data = json.loads(cache.read_text())
+            return Diagnosis(rejected=[tuple(r) for r in data["rejected"]], details=data.get("details", {}))
+        except (OSError, ValueError, KeyError):
+            pass
+        d = trial_compile(prepared.path, soc.soc_model, soc.htp_arch, fp16=True)
+        if d is not None:
+            write_json(cache, {"rejected": d.rejected, "details": d.details})
+        return d
+
     def _options(self, job: CompileJob, for_run: bool = False) -> dict:
         extra = {}
         vtcm = job.options.vtcm_mb or job.soc.vtcm_mb
@@ -45,20 +64,19 @@ class OrtBackend:
         if model is None:
             raise CompileError(f"{job.target_id}: no quantized graph for {job.precision}")
         options = self._options(job)
+        log = job.out_dir / "logs" / "compile.log"
         start = time.monotonic()
         try:
-            ctx, binary = qnn_ep.compile_context(model, job.out_dir, job.prepared.graph, options)
+            ctx, binary = qnn_ep.compile_context(model, job.out_dir, job.prepared.graph, options, log=log)
         except CompileError as e:
-            if "CPU" in e.message or "fallback" in e.message.lower() or "assigned" in e.message:
+            rejected = e.rejected
+            if not rejected and ("CPU" in e.message or "fallback" in e.message.lower() or "assigned" in e.message):
                 rejected = qnn_ep.cpu_nodes_when_falling_back(model, options)
-                if rejected:
-                    names = ", ".join(f"{op} ({name})" for op, name in rejected[:8])
-                    more = f" and {len(rejected) - 8} more" if len(rejected) > 8 else ""
-                    raise CompileError(
-                        f"{job.target_id}: HTP {job.soc.arch} rejects {len(rejected)} node(s): {names}{more}",
-                        hint="change the export so these ops are supported (or excluded); no CPU partitions") from None
-            raise CompileError(f"{job.target_id}: {e.message}",
-                               hint="run with --verbose; the QNN EP log names the failing op") from None
+            if rejected:
+                d = diagnose(model, rejected)
+                raise CompileError(f"{job.target_id}: {job.soc.arch}: {d.summary()}", hint=f"full log: {log}",
+                                   details={"diagnosis": d.as_dict()}) from None
+            raise CompileError(f"{job.target_id}: {e.message}", hint=f"full log: {log}") from None
         seconds = time.monotonic() - start
         info = qnn_ep.read_compat(ctx)
         if info.htp_arch != job.soc.htp_arch or info.soc_model != job.soc.soc_model:
@@ -66,20 +84,23 @@ class OrtBackend:
                                f"asked for {job.soc.arch} / {job.soc.soc_model}",
                                hint="the QNN EP ignored the chip options: check the onnxruntime-qnn version")
         sdk = (info.sdk_version or info.qnn_version).lstrip("v")
-        return CompileResult(context_onnx=ctx, binaries=[binary], sdk_version=sdk, seconds=seconds)
+        return CompileResult(context_onnx=ctx, binaries=[binary], sdk_version=sdk, seconds=seconds,
+                             logs=[log] if log.is_file() else [])
 
     def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]):
         ort, _ = qnn_ep._ort()
         so = qnn_ep.session_options(allow_cpu_fallback=False, options=self._options(job, for_run=True))
+        log = job.out_dir / "logs" / "emulator.log"
         try:
-            sess = ort.InferenceSession(str(result.context_onnx), sess_options=so)
-            names = [o.name for o in job.prepared.outputs]
-            outs, seconds = [], []
-            for f in feeds:
-                t = time.monotonic()
-                outs.append(sess.run(names, f))
-                seconds.append(time.monotonic() - t)
+            with qnn_ep.native_log(log):
+                sess = ort.InferenceSession(str(result.context_onnx), sess_options=so)
+                names = [o.name for o in job.prepared.outputs]
+                outs, seconds = [], []
+                for f in feeds:
+                    t = time.monotonic()
+                    outs.append(sess.run(names, f))
+                    seconds.append(time.monotonic() - t)
         except Exception as e:
             raise CompileError(f"{job.target_id}: the HTP emulator could not run the binary: "
-                               f"{qnn_ep._first_line(e)}") from None
+                               f"{qnn_ep._first_line(e)}", hint=f"full log: {log}") from None
         return outs, float(np.median(seconds))

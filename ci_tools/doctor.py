@@ -1,0 +1,157 @@
+"""Why HTP rejects a graph, and what to change: the causes and fixes as data, used by ``inspect``
+and by ``build`` (once per graph, before any chip is compiled).
+
+The QNN EP names the nodes it cannot take ("Unsupported nodes in QNN EP: { name: .., type: .. }");
+a compile with CPU fallback allowed names the rest (every non-EPContext node stayed on CPU).
+Nodes are counted per op type, and each type gets the reason HTP rejects it and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# op type -> (why HTP rejects it, what to do). Groups share one explanation.
+_DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
+                  "which HTP does not run",
+                  "start from the float model and use precision w8a16 or int8: QNN quantizes it statically")
+_CONTROL_FLOW = ("control flow decided by the data: HTP runs one static graph, with no If/Loop/Scan",
+                 "fold the branch with graphs[].constants when the condition is fixed, or split the graph there")
+_DATA_SIZED = ("its output size depends on the input values; HTP needs every shape fixed before it runs",
+               "move it out of the graph (post-processing on CPU), or pad to a fixed size in the export")
+CAUSES: dict[str, tuple[str, str]] = {
+    "DynamicQuantizeLinear": _DYNAMIC_QUANT, "MatMulInteger": _DYNAMIC_QUANT, "ConvInteger": _DYNAMIC_QUANT,
+    "QLinearMatMul": _DYNAMIC_QUANT, "QLinearConv": _DYNAMIC_QUANT,
+    "If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW,
+    "NonZero": _DATA_SIZED, "Unique": _DATA_SIZED, "NonMaxSuppression": _DATA_SIZED, "Compress": _DATA_SIZED,
+    "Erf": ("exact GELU written with Erf: the QNN EP leaves Erf on CPU (a Whisper encoder split in three there)",
+            "export GELU with the tanh approximation (or as one Gelu op)"),
+    "Clip": ("HTP's Clip needs constant min and max", "write Max(x, min) / Min(x, max) instead, or declare "
+             "graphs[].fixes: [clip-to-max-min] to let prepare rewrite it"),
+    "RandomNormal": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "RandomUniform": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "RandomNormalLike": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "RandomUniformLike": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "STFT": ("no HTP kernel for STFT", "compute features on CPU and feed them, or write the DFT as a MatMul"),
+}
+DEFAULT = ("HTP has no kernel for it (with these input types and shapes)",
+           "replace it in the export, or split the graph so it runs outside")
+UNSUPPORTED = re.compile(r"\{ name: ([^,]*), type: ([\w.]+) \}")
+
+
+@dataclass
+class Diagnosis:
+    """The nodes HTP rejects, counted per op type, each with its reason and fix."""
+
+    rejected: list[tuple[str, str]]  # (op type, node name)
+    details: dict[str, str] = field(default_factory=dict)  # op type -> a sharper reason from the graph
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(op for op, _ in self.rejected)
+
+    def causes(self) -> list[dict]:
+        out = []
+        for op, n in self.counts.most_common():
+            reason, fix = CAUSES.get(op, DEFAULT)
+            names = [name for o, name in self.rejected if o == op]
+            out.append({"op": op, "count": n, "nodes": names[:5], "reason": self.details.get(op, reason), "fix": fix})
+        return out
+
+    def summary(self) -> str:
+        """One line: the op types by count, then the first cause and its fix."""
+        if not self.rejected:
+            return ""
+        causes = self.causes()
+        ops = ", ".join(f"{c['op']} x{c['count']} ({', '.join(c['nodes'][:3])}{', ...' if c['count'] > 3 else ''})"
+                        for c in causes)
+        seen, text = set(), []
+        for c in causes:
+            if (c["reason"], c["fix"]) in seen:
+                continue
+            seen.add((c["reason"], c["fix"]))
+            text.append(f"{c['op']}: {c['reason']}; fix: {c['fix']}")
+        return f"HTP rejects {len(self.rejected)} node(s): {ops}. " + " | ".join(text[:3])
+
+    def as_dict(self) -> dict:
+        return {"rejected_nodes": len(self.rejected), "ops": dict(self.counts), "causes": self.causes()}
+
+
+def unsupported_from_log(text: str) -> list[tuple[str, str]]:
+    """(op type, name) of every node the QNN EP's log calls unsupported (each logged once or more)."""
+    seen: dict[str, str] = {}
+    for line in text.splitlines():
+        if "Unsupported nodes" in line:
+            for name, op in UNSUPPORTED.findall(line):
+                seen[name] = op
+    return [(op, name) for name, op in seen.items()]
+
+
+def diagnose(model: Path, rejected: list[tuple[str, str]]) -> Diagnosis:
+    """Count ``rejected`` per op type and sharpen the reason where the graph tells more (a Clip whose
+    bounds are computed at run time or infinite)."""
+    d = Diagnosis(rejected=sorted(set(rejected)))
+    clips = [name for op, name in rejected if op == "Clip"]
+    if clips:
+        reason = _clip_reason(model, set(clips))
+        if reason:
+            d.details["Clip"] = reason
+    return d
+
+
+def _clip_reason(model: Path, names: set[str]) -> str | None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        m = onnx.load(str(model), load_external_data=False)
+    except Exception:
+        return None
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if not i.external_data}
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t"):
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    for n in m.graph.node:
+        if n.op_type != "Clip" or n.name not in names:
+            continue
+        parts = []
+        for i, what in ((1, "min"), (2, "max")):
+            if len(n.input) <= i or not n.input[i]:
+                continue
+            if n.input[i] not in consts:
+                parts.append(f"its {what} is computed at run time")
+            elif not np.all(np.isfinite(consts[n.input[i]])):
+                parts.append(f"its {what} is infinite")
+        if parts:
+            return ("HTP's Clip (ReluMinMax) needs finite constant min and max: " + " and ".join(parts)
+                    + " (no upper bound means Max(x, min))")
+    return None
+
+
+def trial_compile(model: Path, soc_model: int, htp_arch: int, fp16: bool = True) -> Diagnosis | None:
+    """Compile ``model`` once with CPU fallback allowed (ONNX Runtime QNN EP): every node left outside the
+    EPContext nodes, and every node the EP's log calls unsupported, is rejected by HTP. None when the
+    trial itself fails for another reason (the per-chip compile then reports it)."""
+    import tempfile
+
+    import onnx
+
+    from . import qnn_ep
+    from .errors import CompileError
+
+    options = qnn_ep.htp_options(soc_model, htp_arch, fp16=fp16)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "trial.log"
+        try:
+            ctx, _ = qnn_ep.compile_context(model, Path(tmp), "trial", options, allow_cpu_fallback=True, log=log)
+        except CompileError as e:
+            return diagnose(model, e.rejected) if e.rejected else None
+        on_cpu = [(n.op_type, n.name or n.output[0]) for n in onnx.load(str(ctx), load_external_data=False).graph.node
+                  if n.op_type != "EPContext"]
+        named = unsupported_from_log(log.read_text(errors="replace"))
+    by_name = {name: op for op, name in on_cpu}
+    by_name.update({name: op for op, name in named})
+    return diagnose(model, [(op, name) for name, op in by_name.items()])
