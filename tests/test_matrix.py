@@ -139,8 +139,8 @@ def test_demo_matrix_validates_against_committed_schema():
 
 def test_fp16_unknown_try_lets_the_model_compile_it(tmp_path):
     path = tmp_path / "m.yaml"
-    path.write_text(SRC.replace(VAD_TAIL, VAD_TAIL.replace(
-        "chips: [flagship, QCS9100]\n", "chips: [SM8845]\n    options: {fp16_unknown: try}\n")))
+    path.write_text(SRC.replace(VAD_TAIL, VAD_TAIL.replace("chips: [flagship, QCS9100]\n", "chips: [SM8845]\n"))
+                    .replace("    options:\n      verify:", "    options:\n      fp16_unknown: try\n      verify:", 1))
     assert [t.id for t in plan(load_matrix(path), model="silero-vad")] == ["silero-vad.vad.sm8845.fp16"]
 
 
