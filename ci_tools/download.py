@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import requests
+import urllib3
 
 from .errors import QnnReleaseError, SourceError, UsageError
 
@@ -30,8 +31,8 @@ MAX_RETRY_AFTER = 120.0
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:
-    """Connection-level failures: requests' and, for huggingface_hub >= 1.0, httpx's (httpx2 in 2.x)."""
-    errors: list[type[BaseException]] = [requests.RequestException]
+    """Connection-level failures: requests' (urllib3's, read raw), and httpx's (huggingface_hub 1.x, httpx2 in 2.x)."""
+    errors: list[type[BaseException]] = [requests.RequestException, urllib3.exceptions.HTTPError]
     for module in ("httpx2", "httpx"):
         try:
             errors.append(importlib.import_module(module).HTTPError)
@@ -112,8 +113,7 @@ def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patien
                     part.unlink(missing_ok=True)  # resumed elsewhere than asked: start over
                     raise Transient("the server resumed at another offset")
                 with open(part, "ab" if r.status_code == 206 else "wb") as f:
-                    # small reads: what arrived before a dropped connection is kept for the resume
-                    for chunk in r.iter_content(64 * 1024):
+                    for chunk in _chunks(r):
                         f.write(chunk)
             return
         except Transient as e:
@@ -129,6 +129,17 @@ def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patien
                           f"{best} bytes kept for the next run",
                           hint=hint or "run the same command again; it resumes")
         sleep(wait if wait is not None else backoff(stalls))
+
+
+def _chunks(r):
+    """The body as it arrives: every byte received before a dropped connection is kept for the resume
+    (``iter_content`` reads whole 64 KiB blocks and loses a partial one)."""
+    read1 = getattr(r.raw, "read1", None)  # urllib3 >= 2
+    if read1 is None or r.headers.get("Content-Encoding", "identity") != "identity":
+        yield from r.iter_content(64 * 1024)
+        return
+    while chunk := read1(64 * 1024):
+        yield chunk
 
 
 def _size(path: Path) -> int:
