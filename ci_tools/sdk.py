@@ -185,18 +185,26 @@ def fetch_sdk(loaded: LoadedMatrix, version: str | None, dest: Path, *, revision
     info = {"version": entry.version, "hf_repo": entry.hf_repo, "file": entry.file, "revision": commit,
             "sha256": expected}
     try:
-        with staging_dir(root.parent.parent, ".qairt-fetch.") as tmp:
-            safe_unzip(zip_path, tmp / "unzipped", entry.file)
-            src = tmp / "unzipped" / "qairt" / entry.version
-            if not (src / "bin").is_dir():
-                raise SourceError(f"{entry.file}: no qairt/{entry.version}/bin inside",
-                                  hint="the zip does not hold the QAIRT layout this version names")
-            write_json(src / MARKER, info)  # last: a tree without it is a leftover
-            root.parent.mkdir(exist_ok=True)
-            replace_dir(src, root)  # a leftover or an outdated tree is swapped out only now
+        _install(zip_path, entry, info, root)
+    except OSError as e:
+        raise UsageError(f"--dest {root.parent.parent}: cannot write there: {e.strerror or e}",
+                         hint="check the path and its permissions; nothing was changed") from None
     finally:
         zip_path.unlink(missing_ok=True)  # unzipped or refused: a verified zip is not kept twice
     return root, info, True
+
+
+def _install(zip_path: Path, entry: QairtSdk, info: dict, root: Path) -> None:
+    """Unzip into a staging folder beside ``root``, record what it is, then swap it in."""
+    with staging_dir(root.parent.parent, ".qairt-fetch.") as tmp:
+        safe_unzip(zip_path, tmp / "unzipped", entry.file)
+        src = tmp / "unzipped" / "qairt" / entry.version
+        if not (src / "bin").is_dir():
+            raise SourceError(f"{entry.file}: no qairt/{entry.version}/bin inside",
+                              hint="the zip does not hold the QAIRT layout this version names")
+        write_json(src / MARKER, info)  # last: a tree without it is a leftover
+        root.parent.mkdir(exist_ok=True)
+        replace_dir(src, root)  # a leftover or an outdated tree is swapped out only now
 
 
 def record_pins(loaded: LoadedMatrix, version: str, revision: str, sha256: str) -> bool:

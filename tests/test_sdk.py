@@ -340,3 +340,12 @@ def test_a_bad_revision_names_repo_revision_and_file(hub, tmp_path, how):
         r = _fetch(hub, _matrix(tmp_path, revision=bad), tmp_path / "opt")
     line = one_line_error(r, 4)
     assert REPO_ID in line and repr(bad) in line and f"v{VERSION}.zip" in line and "not found" in line
+
+
+def test_a_dest_that_cannot_be_written_is_one_line(hub, tmp_path):
+    hub.state.add_file(REPO_ID, f"v{VERSION}.zip", sdk_zip(tmp_path))
+    dest = tmp_path / "a-file"
+    dest.write_text("not a folder")
+    line = one_line_error(_fetch(hub, _matrix(tmp_path), dest), 2)
+    assert f"--dest {dest}" in line and dest.read_text() == "not a folder"
+    assert not list((tmp_path / "cache" / "downloads").iterdir())
