@@ -406,3 +406,18 @@ def test_fetch_asks_the_device_through_adb(gh, release, tmp_path):
                 str(tmp_path / "e"), env=env)
     assert r.returncode == 2 and "adb getprop ro.soc.model failed" in r.stderr
 
+
+def test_an_error_message_spanning_lines_is_printed_as_one(monkeypatch, capsys, tmp_path):
+    import ci_tools.fetch
+    from ci_tools import cli
+    from ci_tools.cli import main
+
+    monkeypatch.setattr(cli, "_stop_on_sigterm", lambda: None)  # leave pytest's own SIGTERM handling alone
+
+    def refuse(*a, **k):
+        raise PackageError("x.tar.bz2: refused: first\n  second\n\nthird", hint="a hint")
+
+    monkeypatch.setattr(ci_tools.fetch, "fetch_model", refuse)
+    code = main(["fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 9 and err == "qnn-release: error: x.tar.bz2: refused: first second third (hint: a hint)\n"
