@@ -374,6 +374,16 @@ def test_every_fetch_failure_is_one_line_with_its_exit_code(gh, tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def test_publish_says_the_release_was_published(gh, release):
+    env = {**os.environ, "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token}
+    r = run_cli("publish", str(release), "--repo", REPO, "--tag", TAG, env=env)
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert "now published" in first and "draft release" not in first
+    r = run_cli("publish", str(release), "--repo", REPO, "--tag", TAG, env=env)
+    assert r.stdout.splitlines()[0].startswith(f"done: {REPO}@{TAG} (published release ")
+
+
 def test_token_never_printed(gh, release, tmp_path):
     secret = "ghp_SECRETSECRETSECRET1234"
     env = {**os.environ, "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": secret}
