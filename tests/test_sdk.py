@@ -158,7 +158,7 @@ def test_transient_hub_errors_are_retried_and_a_dropped_download_resumes(hub, tm
     assert not list((tmp_path / "cache" / "downloads").iterdir())  # nothing kept once installed
 
 
-def test_retry_after_is_honoured_on_the_metadata_request(hub, tmp_path, monkeypatch):
+def test_retry_after_is_honoured(hub, tmp_path, monkeypatch):
     from ci_tools import hub_file
 
     hub.state.add_file(REPO_ID, f"v{VERSION}.zip", b"zip")
@@ -167,6 +167,13 @@ def test_retry_after_is_honoured_on_the_metadata_request(hub, tmp_path, monkeypa
     waits = []
     meta = hub_file.file_metadata(REPO_ID, f"v{VERSION}.zip", "main", sleep=waits.append)
     assert waits == [7.0] and meta.commit == hub.state.repos[REPO_ID]["commit"]
+    # and on the download
+    from ci_tools.download import fetch_verified
+
+    hub.fault("GET", r"\.zip$", "429", after=5)
+    hub.fault("GET", r"\.zip$", "503")
+    path = fetch_verified(tmp_path / "c", meta.sha256, hub_file.opener(meta), what="zip", sleep=waits.append)
+    assert waits[1] == 5.0 and len(waits) == 3 and path.read_bytes() == b"zip"
 
 
 def test_unreachable_hub_is_exit_4_naming_the_endpoint(tmp_path):
@@ -187,8 +194,13 @@ def test_unreachable_hub_is_exit_4_naming_the_endpoint(tmp_path):
 def test_every_attempt_dropped_is_exit_4_and_dest_unchanged(hub, tmp_path, method):
     hub.state.add_file(REPO_ID, f"v{VERSION}.zip", sdk_zip(tmp_path))
     hub.fault(method, r"\.zip$", "drop", count=1000)
-    dest = tmp_path / "opt"
-    line = one_line_error(_fetch(hub, _matrix(tmp_path), dest), 4)
+    matrix, dest, secret = _matrix(tmp_path), tmp_path / "opt", "hf_SECRETSECRETSECRET0123456789"
+    r = run_cli("--verbose", "sdk", "fetch", "--matrix", str(matrix), "--dest", str(dest),
+                env=_env(hub.url, tmp_path, HF_TOKEN=secret))
+    assert r.returncode == 4 and secret not in r.stdout + r.stderr
+    r = _fetch(hub, matrix, dest, HF_TOKEN=secret)
+    line = one_line_error(r, 4)
+    assert secret not in line
     assert "HF_ENDPOINT" in line and ("no answer" in line or "no progress" in line)
     assert not dest.exists()
 
@@ -333,12 +345,14 @@ def test_record_writes_flow_style_and_says_recorded_only_when_it_changed(hub, tm
 def test_a_bad_revision_names_repo_revision_and_file(hub, tmp_path, how):
     hub.state.add_file(REPO_ID, f"v{VERSION}.zip", sdk_zip(tmp_path))
     bad = "d" * 40
+    secret = "hf_SECRETSECRETSECRET0123456789"
     if how == "flag":
-        r = _fetch(hub, _matrix(tmp_path), tmp_path / "opt", "--revision", "no-such-branch")
+        r = _fetch(hub, _matrix(tmp_path), tmp_path / "opt", "--revision", "no-such-branch", HF_TOKEN=secret)
         bad = "no-such-branch"
     else:
-        r = _fetch(hub, _matrix(tmp_path, revision=bad), tmp_path / "opt")
+        r = _fetch(hub, _matrix(tmp_path, revision=bad), tmp_path / "opt", HF_TOKEN=secret)
     line = one_line_error(r, 4)
+    assert secret not in r.stdout + r.stderr
     assert REPO_ID in line and repr(bad) in line and f"v{VERSION}.zip" in line and "not found" in line
 
 
