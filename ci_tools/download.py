@@ -163,6 +163,15 @@ def downloads_dir(cache: Path | None = None) -> Path:
     return Path(cache) if cache is not None else default_cache() / "downloads"
 
 
+def discard(path: Path) -> None:
+    """Remove a used download, and the downloads folder with it once it is empty."""
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # partial downloads of other runs wait there
+
+
 def fetch_verified(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "",
                    sleep=time.sleep, give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> Path:
     """``<cache>/<sha256>``: downloaded (resuming a partial file), checked, whole; a corrupt file is never kept.
@@ -184,6 +193,7 @@ def fetch_verified(cache: Path, sha256: str, open_from: Opener, *, what: str, pi
             os.replace(part, done)
             return done
         part.unlink(missing_ok=True)
+    discard(part)
     by = f" ({pinned_by})" if pinned_by else ""
     raise SourceError(f"{what}: sha256 {got} does not match {sha256}{by}; nothing was kept",
                       hint="a corrupt transfer twice in a row, or the file changed: check the pin")

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .download import downloads_dir, fetch_verified
+from .download import discard, downloads_dir, fetch_verified
 from .errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
 from .extract import check_archive, extract_checked
 from .github import GitHub
@@ -191,7 +191,7 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
                          hint="check the path and its permissions; nothing was changed") from None
     finally:
         for path in downloaded:  # extracted or refused: a checked archive is not kept
-            path.unlink(missing_ok=True)
+            discard(path)
     return FetchResult(model=model, soc=chip.name, precision=asset["precision"], sdk_version=asset["sdk_version"],
                        archive=asset["name"], path=str(dest / top_folder(asset)),
                        qnn_libs=libs["name"] if libs else None,

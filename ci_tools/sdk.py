@@ -190,7 +190,7 @@ def fetch_sdk(loaded: LoadedMatrix, version: str | None, dest: Path, *, revision
         raise UsageError(f"--dest {root.parent.parent}: cannot write there: {e.strerror or e}",
                          hint="check the path and its permissions; nothing was changed") from None
     finally:
-        zip_path.unlink(missing_ok=True)  # unzipped or refused: a verified zip is not kept twice
+        download.discard(zip_path)  # unzipped or refused: a verified zip is not kept twice
     return root, info, True
 
 
