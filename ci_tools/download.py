@@ -13,6 +13,7 @@ attempt without progress, up to 30 s. A server's ``Retry-After`` takes precedenc
 from __future__ import annotations
 
 import email.utils
+import functools
 import importlib
 import os
 import time
@@ -30,8 +31,12 @@ PATIENCE = 5  # consecutive attempts without a new byte before giving up
 MAX_RETRY_AFTER = 120.0
 
 
-def _network_errors() -> tuple[type[BaseException], ...]:
-    """Connection-level failures: requests' (urllib3's, read raw), and httpx's (huggingface_hub 1.x, httpx2 in 2.x)."""
+@functools.cache
+def network_errors() -> tuple[type[BaseException], ...]:
+    """Connection-level failures: requests' (urllib3's, read raw), and httpx's (huggingface_hub 1.x, httpx2 in 2.x).
+
+    Looked up when a failure happens, so a GitHub-only command never imports httpx.
+    """
     errors: list[type[BaseException]] = [requests.RequestException, urllib3.exceptions.HTTPError]
     for module in ("httpx2", "httpx"):
         try:
@@ -39,9 +44,6 @@ def _network_errors() -> tuple[type[BaseException], ...]:
         except (ImportError, AttributeError):
             continue
     return tuple(errors)
-
-
-NETWORK_ERRORS = _network_errors()
 
 
 class Transient(Exception):
@@ -118,17 +120,17 @@ def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patien
             return
         except Transient as e:
             last, wait = e.reason, e.wait
-        except NETWORK_ERRORS as e:
+        except network_errors() as e:
             last = describe(e)
         if _size(part) > best:
             best, stalls = _size(part), 0
         else:
             stalls += 1
         if stalls >= patience:
-            raise give_up(f"{what}: no progress in {patience} attempts in a row (last: {last}); "
-                          f"{best} bytes kept for the next run",
+            kept = f"{best} bytes kept for the next run" if best else "nothing arrived"
+            raise give_up(f"{what}: no progress in {patience} attempts in a row (last: {last}); {kept}",
                           hint=hint or "run the same command again; it resumes")
-        sleep(wait if wait is not None else backoff(stalls))
+        sleep(wait if wait is not None else backoff(max(stalls - 1, 0)))
 
 
 def _chunks(r):

@@ -137,6 +137,8 @@ class _Checker:
         if not self.inside(parent) and len(parts) > 1:
             raise self.refuse(f"member {name!r} points outside the destination (through a link)")
         where: Key = (*parent, parts[-1]) if len(parts) > 1 and parent is not None else tuple(parts)
+        if kind == "file" and where in self.links:
+            raise self.refuse(f"member {name!r} would be written through the link of an earlier member")
         if kind in ("dir", "file"):  # writing a file or a folder follows a link found at its own name
             where = _resolve(list(where), self.links, self.archive, name) or ()
             if not self.inside(where):

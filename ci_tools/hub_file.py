@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import requests
 
-from .download import NETWORK_ERRORS, PATIENCE, RETRY_STATUS, Opener, Transient, backoff, retry_after
+from .download import PATIENCE, RETRY_STATUS, Opener, Transient, backoff, network_errors, retry_after
 from .errors import SourceError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -89,13 +89,13 @@ def file_metadata(repo: str, file: str, revision: str, *, sleep=time.sleep, pati
             meta = get_hf_file_metadata(url)
         except OfflineModeIsEnabled:
             raise SourceError(f"{repo}/{file}: HF_HUB_OFFLINE is set", hint="unset it to download the SDK") from None
-        except HfHubHTTPError as e:  # before NETWORK_ERRORS: it derives from httpx's (requests') HTTPError
+        except HfHubHTTPError as e:  # before network_errors(): it derives from httpx's (requests') HTTPError
             status = e.response.status_code if e.response is not None else None
             if status not in RETRY_STATUS:
                 detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
                 raise _refused(status, _error_code(e), repo, file, revision, detail) from None
             last, wait = f"HTTP {status}", retry_after(e.response.headers)
-        except NETWORK_ERRORS as e:
+        except network_errors() as e:
             last = type(e).__name__
         except OSError as e:  # e.g. an HF_ENDPOINT that is not a Hub: no X-Repo-Commit in the answer
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

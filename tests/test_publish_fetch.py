@@ -211,6 +211,8 @@ def _evil_members(top: str, kind: str) -> list[tuple]:
         "device": [(f"{top}/dev", b"", {"type": tarfile.CHRTYPE})],
         "setuid": [(f"{top}/tool", b"x", {"mode": 0o4755})],
         "duplicate": [(f"{top}/ok.bin", b"y", {})],
+        "file-through-link": [(f"{top}/l", b"", {**SYM, "linkname": "ok.bin"}),
+                              (f"{top}/self", b"", {**SYM, "linkname": "."}), (f"{top}/self/l", b"y", {})],
     }[kind]
 
 
@@ -235,7 +237,8 @@ def _tree(path: Path) -> list[str]:
 
 
 EVIL = ["traversal", "absolute", "symlink", "hardlink", "link-chain", "dir-then-link",
-        "later-link-turns-earlier-outward", "hardlink-through-link", "outside-top", "device", "setuid", "duplicate"]
+        "later-link-turns-earlier-outward", "hardlink-through-link", "outside-top", "device", "setuid", "duplicate",
+        "file-through-link"]
 
 
 @pytest.mark.parametrize("kind", EVIL)
