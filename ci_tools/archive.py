@@ -1,4 +1,4 @@
-"""Deterministic, parallel-compressed ``.tar.bz2`` archives, and safe extraction.
+"""Deterministic, parallel-compressed ``.tar.bz2`` archives (``extract.py`` reads them back safely).
 
 Same inputs -> byte-identical archive: entries sorted, fixed mtime, uid/gid 0, fixed modes.
 Compression: lbzip2 or pbzip2 when on PATH, else bzip2 streams compressed in parallel
@@ -106,36 +106,3 @@ def make_tar_bz2(dest: Path, members: Iterable[tuple[str, Path | bytes]], use_ex
         write_tar(tar, members)
         compress_bz2(tar, dest, use_external=use_external)
     return dest
-
-
-def safe_extract(archive: Path, dest: Path) -> list[Path]:
-    """Extract refusing absolute paths, '..', devices, and links that point outside ``dest``.
-
-    Every member is checked before anything is written: a bad archive writes nothing.
-    """
-    dest = dest.resolve()
-    try:
-        tar = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as e:
-        raise PackageError(f"{archive.name}: not a readable tar archive: {e}") from None
-    with tar:
-        members = tar.getmembers()
-        for m in members:
-            name = m.name
-            target = (dest / name).resolve()
-            if name.startswith("/") or Path(name).is_absolute():
-                raise PackageError(f"{archive.name}: refused: member {name!r} has an absolute path")
-            if ".." in Path(name).parts or not target.is_relative_to(dest):
-                raise PackageError(f"{archive.name}: refused: member {name!r} points outside the destination")
-            if m.isdev() or m.isfifo():
-                raise PackageError(f"{archive.name}: refused: member {name!r} is a device or fifo")
-            if m.issym() or m.islnk():
-                link = (target.parent / m.linkname) if m.issym() else (dest / m.linkname)
-                if Path(m.linkname).is_absolute() or not link.resolve().is_relative_to(dest):
-                    raise PackageError(f"{archive.name}: refused: link {name!r} -> {m.linkname!r} "
-                                       f"points outside the destination")
-        try:
-            tar.extractall(dest, members=members, filter="data")
-        except TypeError:  # Python without extraction filters; every member was checked above
-            tar.extractall(dest, members=members)  # noqa: S202
-    return [dest / m.name for m in members if m.isfile()]

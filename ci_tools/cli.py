@@ -248,6 +248,7 @@ def _stop_on_sigterm() -> None:
 
 
 def _error(text: str) -> None:
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())  # one line, whatever raised it
     red = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
     print(f"\033[31mqnn-release: error:\033[0m {text}" if red else f"qnn-release: error: {text}", file=sys.stderr)
 

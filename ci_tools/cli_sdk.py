@@ -9,20 +9,21 @@ from pathlib import Path
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from .matrix import load_matrix
-    from .sdk import env_lines, fetch_sdk, record_pins
+    from .sdk import env_lines, fetch_sdk, pick, record_pins
 
     loaded = load_matrix(args.matrix)
-    root, info = fetch_sdk(loaded, args.version, args.dest)
-    print(f"QAIRT {info['version']} in {root} ({info['hf_repo']}@{info['revision'][:12]}, "
-          f"sha256 {info['sha256'][:16]}...)", file=sys.stderr)
-    entry = next(e for e in loaded.matrix.sdk.qairt if e.version == info["version"])
-    if entry.revision is None or entry.sha256 is None:
-        if args.record:
-            record_pins(loaded, info["version"], info["revision"], info["sha256"])
+    root, info, fetched = fetch_sdk(loaded, args.version, args.dest, revision=args.revision)
+    print(f"QAIRT {info['version']} {'fetched into' if fetched else 'already in'} {root} "
+          f"({info['hf_repo']}@{info['revision'][:12]}, sha256 {info['sha256'][:16]}...)", file=sys.stderr)
+    entry = pick(loaded, info["version"])
+    if args.record:
+        if record_pins(loaded, info["version"], info["revision"], info["sha256"]):
             print(f"recorded revision and sha256 of {info['file']} in {loaded.path}", file=sys.stderr)
         else:
-            print(f"pin it: sdk.qairt[{info['version']}] revision: {info['revision']} sha256: {info['sha256']} "
-                  f"(or run with --record)", file=sys.stderr)
+            print(f"{loaded.path} already pins this revision and sha256", file=sys.stderr)
+    elif entry.revision is None or entry.sha256 is None:
+        print(f"pin it: sdk.qairt[{info['version']}] revision: {info['revision']} sha256: {info['sha256']} "
+              f"(or run with --record)", file=sys.stderr)
     print("\n".join(env_lines(root)))
     return 0
 
@@ -69,9 +70,11 @@ def register(sub, matrix_arg) -> None:
     matrix_arg(f)
     f.add_argument("--version", help="a version from sdk.qairt (default: the first)")
     f.add_argument("--dest", type=Path, default=Path.cwd(), help="unzip into DEST/qairt/<version>")
+    f.add_argument("--revision", help="a commit, branch or tag of hf_repo instead of the matrix's revision "
+                   "(its sha256 pin still applies)")
     f.add_argument("--record", action="store_true", help="write the revision and sha256 into the matrix")
     f.set_defaults(func=cmd_fetch)
-    e = ssub.add_parser("env", help="print QNN_SDK_ROOT=... lines for an SDK already on disk")
+    e = ssub.add_parser("env", help="print QNN_SDK_ROOT, PYTHONPATH, PATH, LD_LIBRARY_PATH lines for a fetched SDK")
     matrix_arg(e)
     e.add_argument("--version")
     e.add_argument("--dest", type=Path, default=Path.cwd())

@@ -2,25 +2,31 @@
 
 ``fetch_model("owner/name@v1.0.0", "silero-vad", soc="sm8750-ac", dest=Path("models"))`` reads the
 release's ``manifest.json``, resolves the chip (aliases, ``adb shell getprop ro.soc.model``), downloads
-the archive and the ``qnn-libs`` of the same SDK version (resuming, checking sha256) and extracts
-them safely into ``dest``. No build for the chip raises ``NoBuildForChip`` (exit code 3): use the CPU model.
+the archive and the ``qnn-libs`` of the same SDK version (retrying, resuming, checking sha256) and
+extracts them into ``dest`` once both have passed every check (``extract.py``).
+
+Failures, each one line with its exit code: no build for the chip ``NoBuildForChip`` (3: use the
+CPU model); a download that stopped making progress, GitHub unreachable or a sha256 mismatch
+``SourceError`` (4); a malformed manifest or a refused archive ``PackageError`` (9); no such
+release or asset, or a request GitHub refused ``PublishError`` (10); a model the release does not
+have ``UsageError`` (2). A failed or refused fetch leaves ``dest`` as it was: partial downloads
+wait in ``<cache>/downloads`` (``QNN_RELEASE_CACHE``) for the next run to resume them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import requests
-
-from .archive import safe_extract
-from .errors import NoBuildForChip, PublishError, QnnReleaseError, UsageError
+from .download import discard, downloads_dir, fetch_verified
+from .errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
+from .extract import check_archive, extract_checked
 from .github import GitHub
+from .report import replace_dir, staging_dir
 from .socs import UnknownSocError, load_catalog
 
 PRECISION_ORDER = ("fp16", "w8a16", "int8")
@@ -66,60 +72,82 @@ def _split(release: str) -> tuple[str, str]:
     return repo, tag
 
 
+_ASSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2")
+
+
+def _manifest_assets(manifest: object) -> list[dict]:
+    """The manifest's assets, each with a plain archive name and a sha256 (a name is used as a path)."""
+    assets = manifest.get("assets") if isinstance(manifest, dict) else None
+    if not isinstance(assets, list):
+        raise PackageError("manifest.json: no list of assets", hint="the release was not made by qnn-release package")
+    for a in assets:
+        name = a.get("name") if isinstance(a, dict) else None
+        if not isinstance(name, str) or not _ASSET.fullmatch(name) \
+                or not re.fullmatch(r"[0-9a-f]{64}", str(a.get("sha256"))):
+            raise PackageError(f"manifest.json: asset {str(name)[:80]!r} has no plain .tar.bz2 name or no sha256",
+                               hint="the release was not made by qnn-release package")
+        if a.get("kind") == "model" and (a.get("precision") not in PRECISION_ORDER
+                                         or not isinstance(a.get("sdk_version"), str)):
+            raise PackageError(f"manifest.json: model asset {name!r} has no precision or sdk_version",
+                               hint="the release was not made by qnn-release package")
+    return assets
+
+
+def _aliases(asset: dict) -> list[str]:
+    aliases = asset.get("soc_aliases")
+    return [a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else []
+
+
+def top_folder(asset: dict) -> str:
+    """The one folder ``package`` puts an archive's members in: the asset's name without .tar.bz2."""
+    return asset["name"].removesuffix(".tar.bz2")
+
+
 class _Downloader:
-    def __init__(self, gh: GitHub, release: dict, token: str | None):
-        self.gh, self.token = gh, token
+    def __init__(self, gh: GitHub, release: dict, token: str | None, cache: Path, sleep):
+        self.gh, self.token, self.cache, self.sleep = gh, token, cache, sleep
+        self.where = f"{gh.repo}@{release.get('tag_name', '')}"
         # the release object may list only some assets: page through all of them
         self.assets = {a["name"]: a for a in gh.assets(release["id"])}
 
     def url(self, name: str) -> tuple[str, dict]:
         a = self.assets.get(name)
         if a is None:
-            raise PublishError(f"the release has no asset {name}")
+            raise PublishError(f"{self.where}: the release has no asset {name}",
+                               hint="the manifest names an asset that was not uploaded: publish it again")
         if self.token or not a.get("browser_download_url"):  # private repos and drafts: the API URL
             return a["url"], {"Accept": "application/octet-stream"}
         return a["browser_download_url"], {}
 
-    def get(self, name: str, dest: Path, sha256: str | None, attempts: int = 5) -> Path:
-        """Download with resume (Range) across dropped connections; check sha256; never keep a bad file."""
-        part = dest.with_name(dest.name + ".part")
-        for attempt in range(attempts):
-            have = part.stat().st_size if part.exists() else 0
+    def manifest(self) -> dict:
+        url, headers = self.url("manifest.json")
+        r = self.gh.call("GET", url, "download manifest.json", headers=headers)  # small: retried whole
+        try:
+            manifest = json.loads(r.content)
+        except ValueError:
+            raise PackageError(f"{self.where}: manifest.json is not JSON",
+                               hint="the release was not made by qnn-release package") from None
+        _manifest_assets(manifest)
+        return manifest
+
+    def get(self, asset: dict) -> Path:
+        """The asset, whole and checked against the manifest's sha256, in the download cache."""
+        name = asset["name"]
+
+        def open_from(offset: int):
             url, headers = self.url(name)
-            if have:
-                headers = {**headers, "Range": f"bytes={have}-"}
-            try:
-                with self.gh.call("GET", url, f"download {name}", expect=(200, 206, 416), headers=headers,
-                                  stream=True) as r:
-                    if r.status_code != 416:  # 416: we already have every byte
-                        mode = "ab" if r.status_code == 206 else "wb"
-                        with open(part, mode) as f:
-                            # small reads: what arrived before a dropped connection is kept for the resume
-                            for chunk in r.iter_content(64 * 1024):
-                                f.write(chunk)
-            except (requests.RequestException, OSError):
-                self.gh.sleep(min(2.0 ** attempt, 10.0))
-                continue
-            if sha256 is None or _sha256(part) == sha256:
-                os.replace(part, dest)
-                return dest
-            part.unlink()  # corrupt: start over
-        part.unlink(missing_ok=True)
-        raise PublishError(f"download of {name} failed or did not match its sha256 after {attempts} attempts",
-                           hint="run the same command again; it resumes")
+            if offset:
+                headers = {**headers, "Range": f"bytes={offset}-"}
+            return self.gh.call("GET", url, f"download {name}", expect=(200, 206, 416), headers=headers,
+                                stream=True)
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return fetch_verified(self.cache, asset["sha256"], open_from, what=f"{self.where}: {name}",
+                              pinned_by="the manifest", sleep=self.sleep)
 
 
 def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,
                 precision: str | None = None, token: str | None = None, api_url: str | None = None,
-                sleep=None) -> FetchResult:
+                sleep=None, cache: Path | None = None) -> FetchResult:
     repo, tag = _split(release)
     if soc is None and adb is None:
         raise UsageError("give --soc CHIP or --adb [SERIAL]")
@@ -129,39 +157,50 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     except UnknownSocError:
         raise NoBuildForChip(f"no NPU build of {model} for {spelling.strip()}: use the CPU model",
                              hint="this chip is not in qnn-release's catalog") from None
-    gh = GitHub(repo, token=token, api_url=api_url, **({"sleep": sleep} if sleep else {}))
+    gh = GitHub(repo, token=token, api_url=api_url, give_up=SourceError, **({"sleep": sleep} if sleep else {}))
     rel = gh.release_by_tag(tag)
     if rel is None:
         raise PublishError(f"{repo}: no published release {tag}", hint="check the tag (drafts are not visible)")
-    dl = _Downloader(gh, rel, token)
-    dest = Path(dest)
-    downloads = dest / ".downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads(dl.get("manifest.json", downloads / "manifest.json", None).read_text())
-    candidates = [a for a in manifest.get("assets", []) if a.get("kind") == "model" and a.get("model") == model
-                  and (a.get("soc") == chip.name or chip.name.lower() in a.get("soc_aliases", []))]
+    dl = _Downloader(gh, rel, token, downloads_dir(cache), gh.sleep)
+    manifest = dl.manifest()
+    assets = _manifest_assets(manifest)
+    candidates = [a for a in assets if a.get("kind") == "model" and a.get("model") == model
+                  and (a.get("soc") == chip.name or chip.name.lower() in _aliases(a))]
     if precision:
-        candidates = [a for a in candidates if a["precision"] == precision]
+        candidates = [a for a in candidates if a.get("precision") == precision]
     if not candidates:
-        known = sorted({a.get("model") for a in manifest.get("assets", []) if a.get("kind") == "model"})
+        known = sorted({str(a.get("model")) for a in assets if a.get("kind") == "model"})
         if model not in known:
             raise UsageError(f"{release}: no model {model!r} in this release", hint=f"models: {', '.join(known)}")
         raise NoBuildForChip(f"no NPU build of {model} for {chip.name}"
                              + (f" ({precision})" if precision else "") + ": use the CPU model")
     asset = min(candidates, key=lambda a: PRECISION_ORDER.index(a["precision"]))
-    archive = dl.get(asset["name"], downloads / asset["name"], asset["sha256"])
-    files = safe_extract(archive, dest)
-    top = dest / asset["name"].removesuffix(".tar.bz2")
-    libs = next((a for a in manifest["assets"] if a.get("kind") == "qnn-libs"
-                 and a.get("sdk_version") == asset["sdk_version"]), None)
-    libs_path = None
-    if libs is not None:
-        libs_archive = dl.get(libs["name"], downloads / libs["name"], libs["sha256"])
-        files += safe_extract(libs_archive, dest)
-        libs_path = str(dest / libs["name"].removesuffix(".tar.bz2"))
+    libs = next((a for a in assets if a.get("kind") == "qnn-libs"
+                 and a.get("sdk_version") == asset.get("sdk_version")), None)
+    wanted = [asset] + ([libs] if libs else [])
+    dest = Path(dest)
+    # a failed download keeps what arrived in the cache: the same command resumes it
+    downloaded = [dl.get(a) for a in wanted]
+    try:
+        # every member of every archive checked before anything is written
+        checked = [check_archive(path, top_folder(a)) for a, path in zip(wanted, downloaded)]
+        files: list[Path] = []
+        with staging_dir(dest, ".fetch.") as tmp:
+            for path, members in zip(downloaded, checked):
+                files += [dest / f for f in extract_checked(path, members, tmp)]
+            for a in wanted:  # an earlier fetch of the same archive is swapped out only now
+                replace_dir(tmp / top_folder(a), dest / top_folder(a))
+    except OSError as e:
+        raise UsageError(f"--dest {dest}: cannot write there: {e.strerror or e}",
+                         hint="check the path and its permissions; nothing was changed") from None
+    finally:
+        for path in downloaded:  # extracted or refused: a checked archive is not kept
+            discard(path)
     return FetchResult(model=model, soc=chip.name, precision=asset["precision"], sdk_version=asset["sdk_version"],
-                       archive=asset["name"], path=str(top), qnn_libs=libs["name"] if libs else None,
-                       qnn_libs_path=libs_path, files=sorted(str(f) for f in files))
+                       archive=asset["name"], path=str(dest / top_folder(asset)),
+                       qnn_libs=libs["name"] if libs else None,
+                       qnn_libs_path=str(dest / top_folder(libs)) if libs else None,
+                       files=sorted(str(f) for f in files))
 
 
 __all__ = ["FetchResult", "NoBuildForChip", "QnnReleaseError", "fetch_model", "soc_from_adb"]

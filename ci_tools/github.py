@@ -14,7 +14,8 @@ from typing import Any
 
 import requests
 
-from .errors import PublishError, UsageError
+from .download import backoff, retry_after
+from .errors import PublishError, QnnReleaseError, UsageError
 
 RETRY_STATUS = {500, 502, 503, 504}
 MAX_ATTEMPTS = 6
@@ -33,7 +34,8 @@ def redact(text: str, secrets: list[str | None]) -> str:
 
 class GitHub:
     def __init__(self, repo: str, token: str | None = None, api_url: str | None = None,
-                 sleep=time.sleep, max_attempts: int = MAX_ATTEMPTS):
+                 sleep=time.sleep, max_attempts: int = MAX_ATTEMPTS,
+                 give_up: type[QnnReleaseError] = PublishError):
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo or ""):
             raise UsageError(f"--repo {repo!r}: expected OWNER/NAME")
         self.repo = repo
@@ -41,6 +43,7 @@ class GitHub:
         self.token = token
         self.sleep = sleep
         self.max_attempts = max_attempts
+        self.give_up = give_up  # what unanswered requests raise: PublishError, SourceError for downloads
         self.session = requests.Session()
         self.session.headers.update({"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
                                      "User-Agent": "qnn-release"})
@@ -52,17 +55,15 @@ class GitHub:
     def _wait_for(self, r: requests.Response, attempt: int) -> float | None:
         """Seconds to wait before retrying ``r``, or None when it is final."""
         if r.status_code in RETRY_STATUS:
-            return min(2.0 ** attempt, 30.0)
+            return backoff(attempt)
         if r.status_code in (403, 429):
             if "retry-after" in r.headers:
-                try:
-                    return min(float(r.headers["retry-after"]), 120.0)
-                except ValueError:
-                    return 5.0
+                wait = retry_after(r.headers)
+                return 5.0 if wait is None else wait
             if r.headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in r.headers:
                 return max(0.0, min(float(r.headers["x-ratelimit-reset"]) - time.time(), 300.0)) + 1
             if r.status_code == 429 or "secondary rate limit" in r.text.lower():
-                return min(60.0 * (attempt + 1), 120.0)
+                return backoff(attempt + 6, cap=120.0)  # a minute and more, as GitHub asks
         return None
 
     def request(self, method: str, url: str, *, ok: tuple[int, ...] = (200, 201, 204), data_path: Path | None = None,
@@ -79,7 +80,8 @@ class GitHub:
                     r = self.session.request(method, url, timeout=(10, 120), **kw)
             except requests.RequestException as e:
                 last = f"{type(e).__name__}"
-                self.sleep(min(2.0 ** attempt, 30.0))
+                if attempt + 1 < self.max_attempts:
+                    self.sleep(backoff(attempt))
                 continue
             if r.status_code in ok:
                 return r
@@ -87,9 +89,11 @@ class GitHub:
             if wait is None:
                 return r
             last = f"HTTP {r.status_code}"
-            self.sleep(wait)
-        raise PublishError(f"{method} {self._safe(url)}: gave up after {self.max_attempts} attempts ({last})",
-                           hint="GitHub is failing or rate-limiting; run the same command again later: it resumes")
+            if attempt + 1 < self.max_attempts:
+                self.sleep(wait)
+        raise self.give_up(f"{method} {self._safe(url)}: gave up after {self.max_attempts} attempts ({last})",
+                           hint="GitHub is failing, rate-limiting or unreachable (check GITHUB_API_URL and the "
+                                "network); run the same command again later: it resumes")
 
     def _safe(self, url: str) -> str:
         return redact(url.split("?")[0], [self.token])

@@ -151,6 +151,7 @@ def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool
             pre = is_prerelease(tag)
             gh.update_release(release["id"], draft=False, body=body, name=tag, prerelease=pre,
                               make_latest="false" if pre else "true")
+            plan.release = f"release {release['id']}: was a draft, now published" + (" as a pre-release" if pre else "")
     return plan
 
 

@@ -6,7 +6,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,31 @@ def replace_dir(src: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(src, dest)
+
+
+@contextmanager
+def staging_dir(dest: Path, prefix: str) -> Iterator[Path]:
+    """A temporary folder inside ``dest`` (same file system, so ``replace_dir`` can move out of it).
+
+    It is removed in any case; when the block fails, so are the folders this created for it, and
+    ``dest`` is as it was before.
+    """
+    dest = Path(dest)
+    created = [p for p in (dest, *dest.parents) if not p.exists()]
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dest))
+    ok = False
+    try:
+        yield tmp
+        ok = True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not ok:
+            for p in created:  # innermost first; a folder somebody else wrote into meanwhile stays
+                try:
+                    p.rmdir()
+                except OSError:
+                    break
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -6,7 +6,10 @@ releases, upload to the ``upload_url`` template with Content-Type/Content-Length
 ``already_exists`` for a duplicate asset name, 422 when a second release of a tag is published,
 asset ``digest: "sha256:..."``, rename/delete assets, ``browser_download_url`` for published
 releases with ``Range``, the asset API URL with ``Accept: application/octet-stream`` answering a
-redirect, and 401 for writes without the token. Faults can be injected per request.
+redirect, and 401 for writes without the token. Faults can be injected per request: 500/502, 429
+and secondary-rate-limit 403 with ``retry-after`` (REFERENCE.md 7), a connection closed before any
+answer (``drop``), after storing an upload (``drop-after-store``) or after half a download's body
+(``drop-mid-body``), and a corrupted download (``corrupt``).
 """
 
 from __future__ import annotations
@@ -144,6 +147,11 @@ class Handler(BaseHTTPRequestHandler):
         if fault and fault["action"] == "403-secondary":
             self._read_body()
             return self._send(403, {"message": "You have exceeded a secondary rate limit."}, {"retry-after": "1"})
+        if fault and fault["action"] == "drop":  # the connection closes before any answer
+            self._read_body()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return None
         write = self.command in ("POST", "PATCH", "DELETE")
         if write and not self._authorised():
             self._read_body()

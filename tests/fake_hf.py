@@ -10,6 +10,12 @@ every file: it does not implement the LFS/Xet transfer the real Hub asks for lar
 ``POST /api/models/{repo}/commit/{revision}`` (NDJSON: header, then base64 files), which needs the
 token. PyPI: ``GET /pypi/{name}/json``.
 A file can be served corrupted (same size, other bytes) to test checksum handling.
+
+File GETs honour ``Range: bytes=N-`` (206 with ``Content-Range``, 416 past the end), as the Hub's
+resolve endpoint and the CDN it redirects to do (huggingface_hub's own download resumes with it).
+Faults can be injected per request (``FakeHub.fault``): a status (500, 503, or 429 with
+``Retry-After``, the Hub's answers when overloaded or rate limiting), a connection closed before
+any answer (``drop``), or after half the body (``drop-mid-body``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
+import threading
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
 
@@ -31,6 +39,16 @@ class HubState:
         self.log: list[tuple[str, str]] = []
         self.token = "hf_test_token_0123456789"
         self.commits: list[dict] = []
+        self.faults: list[dict] = []
+        self.lock = threading.Lock()
+
+    def take_fault(self, method: str, path: str) -> dict | None:
+        with self.lock:
+            for f in self.faults:
+                if f["count"] > 0 and f["method"] == method and re.search(f["path"], path):
+                    f["count"] -= 1
+                    return f
+        return None
 
     def add_file(self, repo: str, name: str, data: bytes) -> str:
         r = self.repos.setdefault(repo, {"files": {}})
@@ -98,9 +116,20 @@ class Handler(BaseHTTPRequestHandler):
                                     "pullRequestUrl": None}, {"Content-Type": "application/json"})
         return self._send(404, {"error": f"no route POST {path}"})
 
+    def _drop(self):
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
     def _handle(self):
         path = unquote(urlparse(self.path).path)
         self.st.log.append((self.command, path))
+        fault = self.st.take_fault(self.command, path)
+        if fault and fault["action"] in ("500", "503"):
+            return self._send(int(fault["action"]), b"Internal Error")
+        if fault and fault["action"] == "429":
+            return self._send(429, b"Too Many Requests", {"Retry-After": str(fault.get("after", 0))})
+        if fault and fault["action"] == "drop":
+            return self._drop()
         m = re.fullmatch(r"/pypi/([^/]+)/json", path)
         if m:
             if m[1] not in self.st.pypi:
@@ -133,10 +162,35 @@ class Handler(BaseHTTPRequestHandler):
             headers = {"X-Repo-Commit": repo["commit"], "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)),
                        "ETag": f'"{hashlib.sha1(data).hexdigest()}"', "Accept-Ranges": "bytes",
                        "Content-Type": "application/zip"}
-            return self._send(200, data, headers)
+            if self.command == "HEAD":
+                return self._send(200, data, headers)
+            return self._serve(data, headers, fault)
         return self._send(404, {"error": f"no route {path}"})
+
+    def _serve(self, data: bytes, headers: dict, fault: dict | None):
+        m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        start = int(m[1]) if m else 0
+        if start >= len(data) and m:
+            return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+        body = data[start:]
+        self.send_response(206 if m else 200)
+        for k, v in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(k, v)
+        if m:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+        if fault and fault["action"] == "drop-mid-body":
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            return self._drop()
+        self.wfile.write(body)
+        return None
 
 
 class FakeHub(LocalServer):
     def __init__(self):
         super().__init__(Handler, HubState())
+
+    def fault(self, method: str, path: str, action: str, count: int = 1, **kw) -> None:
+        """The next ``count`` ``method`` requests whose path matches the regex ``path`` get ``action``."""
+        self.state.faults.append({"method": method, "path": path, "action": action, "count": count, **kw})

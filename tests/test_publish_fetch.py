@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ci_tools.errors import NoBuildForChip, PackageError, PublishError
+from ci_tools.errors import NoBuildForChip, PackageError, PublishError, SourceError, UsageError
 from ci_tools.fetch import fetch_model
 from ci_tools.publish import publish
 from tests.conftest import run_cli
@@ -18,6 +18,13 @@ from tests.fake_github import FakeGitHub
 from tests.release_fixture import SDK, make_release
 
 REPO, TAG = "acme/models", "v1.0.0"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    """Partial downloads go to <cache>/downloads: a per-test cache, fast retries (CLI children inherit both)."""
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("QNN_RELEASE_RETRY_BASE", "0.001")
 
 
 @pytest.fixture
@@ -169,45 +176,215 @@ def test_fetch_no_build_for_chip_is_exit_3(gh, release, tmp_path):
     assert json.loads(r.stdout)["soc"] == "SM8750"
 
 
-def _evil_tar(path: Path, kind: str) -> None:
+def _tar(path: Path, members: list[tuple]) -> None:
+    """A .tar.bz2 of (name, data, TarInfo attributes) in this order, as an attacker would write it."""
     import io
 
-    with tarfile.open(path, "w:bz2") as tar:
-        def add(name, data=b"x", **attrs):
+    with tarfile.open(path, "w:bz2", compresslevel=1) as tar:
+        for name, data, attrs in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             for k, v in attrs.items():
                 setattr(info, k, v)
             tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
-        add("vad-sm8750/ok.bin")
-        if kind == "traversal":
-            add("vad-sm8750/../../evil.txt")
-        elif kind == "absolute":
-            add("/tmp/evil-absolute.txt")
-        elif kind == "symlink":
-            add("vad-sm8750/link", b"", type=tarfile.SYMTYPE, linkname="../../../../etc")
-        elif kind == "hardlink":
-            add("vad-sm8750/hard", b"", type=tarfile.LNKTYPE, linkname="../outside.txt")
 
 
-@pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink"])
-def test_fetch_refuses_malicious_archives(gh, tmp_path, kind):
+SYM, HARD, DIR = {"type": tarfile.SYMTYPE}, {"type": tarfile.LNKTYPE}, {"type": tarfile.DIRTYPE}
+
+
+def _evil_members(top: str, kind: str) -> list[tuple]:
+    ok = [(top, b"", DIR), (f"{top}/ok.bin", b"x", {})]
+    return ok + {
+        "traversal": [(f"{top}/../../evil.txt", b"x", {})],
+        "absolute": [("/tmp/evil-absolute.txt", b"x", {})],
+        "symlink": [(f"{top}/link", b"", {**SYM, "linkname": "../../../../etc"})],
+        "hardlink": [(f"{top}/hard", b"", {**HARD, "linkname": "../outside.txt"})],
+        # each link looks harmless where it is created; together they climb out
+        "link-chain": [(f"{top}/b", b"", {**SYM, "linkname": "."}), (f"{top}/a", b"", {**SYM, "linkname": "b/.."}),
+                       (f"{top}/a/evil.txt", b"x", {})],
+        "dir-then-link": [(f"{top}/d", b"", {**SYM, "linkname": ".."}), (f"{top}/d/evil.txt", b"x", {})],
+        "later-link-turns-earlier-outward": [(f"{top}/l", b"", {**SYM, "linkname": "x/../y"}),
+                                             (f"{top}/x", b"", {**SYM, "linkname": "."})],
+        "hardlink-through-link": [(f"{top}/up", b"", {**SYM, "linkname": "."}),
+                                  (f"{top}/h", b"", {**HARD, "linkname": f"{top}/up/../../outside.txt"})],
+        "outside-top": [("other-folder/x.bin", b"x", {})],
+        "device": [(f"{top}/dev", b"", {"type": tarfile.CHRTYPE})],
+        "setuid": [(f"{top}/tool", b"x", {"mode": 0o4755})],
+        "duplicate": [(f"{top}/ok.bin", b"y", {})],
+        "file-through-link": [(f"{top}/l", b"", {**SYM, "linkname": "ok.bin"}),
+                              (f"{top}/self", b"", {**SYM, "linkname": "."}), (f"{top}/self/l", b"y", {})],
+    }[kind]
+
+
+def _publish_with_model_archive(gh, tmp_path, write) -> tuple[Path, str]:
+    """A release whose SM8750 archive is whatever ``write(path, top)`` writes (manifest and sums updated)."""
+    from ci_tools.sources import sha256_file
+
     folder = make_release(tmp_path / "rel", TAG, socs=("SM8750",))
     manifest = json.loads((folder / "manifest.json").read_text())
     model = next(a for a in manifest["assets"] if a["kind"] == "model")
-    _evil_tar(folder / model["name"], kind)
-    from ci_tools.sources import sha256_file
-
+    top = model["name"].removesuffix(".tar.bz2")
+    write(folder / model["name"], top)
     model["size"], model["sha256"] = (folder / model["name"]).stat().st_size, sha256_file(folder / model["name"])
     (folder / "manifest.json").write_text(json.dumps(manifest))
     (folder / "SHA256SUMS").write_text("".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"]))
     _publish(gh, folder)
+    return folder, top
+
+
+def _tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else ["<absent>"]
+
+
+EVIL = ["traversal", "absolute", "symlink", "hardlink", "link-chain", "dir-then-link",
+        "later-link-turns-earlier-outward", "hardlink-through-link", "outside-top", "device", "setuid", "duplicate",
+        "file-through-link"]
+
+
+@pytest.mark.parametrize("kind", EVIL)
+def test_fetch_refuses_malicious_archives_with_our_own_checks(gh, tmp_path, kind, monkeypatch):
+    # Python versions without extraction filters: our checks alone must refuse, and nothing may extract
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    monkeypatch.setattr(tarfile.TarFile, "extractall", lambda *a, **k: pytest.fail("extractall was used"))
+    _publish_with_model_archive(gh, tmp_path, lambda path, top: _tar(path, _evil_members(top, kind)))
     dest = tmp_path / "outer" / "dest"
-    with pytest.raises(PackageError, match="refused"):
+    with pytest.raises(PackageError, match="refused") as e:
         fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
-    assert not (tmp_path / "outer" / "evil.txt").exists() and not Path("/tmp/evil-absolute.txt").exists()
-    assert not (dest / "vad-sm8750").exists()  # nothing extracted at all
-    assert sorted(p.name for p in (tmp_path / "outer").iterdir()) == ["dest"]
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "outer").exists()  # DEST as before: not even created
+    assert not Path("/tmp/evil-absolute.txt").exists() and not (tmp_path / "evil.txt").exists()
+    assert not (tmp_path / "cache" / "downloads").exists()  # a refused archive is not kept either
+
+
+def test_links_inside_the_archive_are_extracted(gh, tmp_path):
+    def write(path, top):
+        _tar(path, [(top, b"", DIR), (f"{top}/lib", b"", DIR), (f"{top}/lib/libQnnHtp.so.2", b"ELF", {}),
+                    (f"{top}/lib/libQnnHtp.so", b"", {**SYM, "linkname": "libQnnHtp.so.2"}),
+                    (f"{top}/copy.so", b"", {**HARD, "linkname": f"{top}/lib/libQnnHtp.so.2"})])
+
+    _publish_with_model_archive(gh, tmp_path, write)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", api_url=gh.url)
+    assert (Path(res.path) / "lib" / "libQnnHtp.so").read_bytes() == b"ELF"
+    assert (Path(res.path) / "lib" / "libQnnHtp.so").is_symlink() and (Path(res.path) / "copy.so").is_file()
+
+
+def _many_members(path, top):
+    _tar(path, [(top, b"", DIR)] + [(f"{top}/f{i}", b"", {}) for i in range(20_000)])
+
+
+def _huge_member(path, top):
+    import bz2
+
+    info = tarfile.TarInfo(f"{top}/huge.bin")
+    info.size = 9 * 1024**3  # declared only: the refusal comes before any data is read
+    path.write_bytes(bz2.compress(info.tobuf(tarfile.PAX_FORMAT)))
+
+
+def test_fetch_refuses_absurd_archives_before_reading_them(gh, tmp_path):
+    for write, message in ((_many_members, "more than 10000 members"), (_huge_member, "expands to more than 8 GiB")):
+        with FakeGitHub() as server:
+            _publish_with_model_archive(server, tmp_path / message[:4], write)
+            with pytest.raises(PackageError, match=message):
+                fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", api_url=server.url)
+            assert not (tmp_path / "d").exists()
+
+
+def test_fetch_returns_folders_that_exist(gh, release, tmp_path):
+    _publish(gh, release)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8550", dest=tmp_path / "d", api_url=gh.url)
+    assert Path(res.path).is_dir() and Path(res.qnn_libs_path).is_dir()
+    assert all(Path(f).is_file() for f in res.files) and len(res.files) == 5
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [Path(res.qnn_libs_path).name, Path(res.path).name]
+
+
+def test_resume_gives_up_on_lack_of_progress_not_on_a_count(gh, release, tmp_path):
+    _publish(gh, release)
+    # every attempt brings half of what is left: twelve drops in a row still make progress
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "drop-mid-body", count=12)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", api_url=gh.url, sleep=lambda s: None)
+    assert (Path(res.path) / "vad_ctx_qnn.bin").read_bytes().endswith(b"SM8750")
+    assert not (tmp_path / "cache" / "downloads").exists()
+
+
+def test_a_failed_download_keeps_its_part_and_the_next_run_resumes(gh, release, tmp_path):
+    _publish(gh, release)
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "drop-mid-body", count=1)
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "500", count=1000)
+    dest = tmp_path / "d"
+    with pytest.raises(SourceError, match="gave up") as e:
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url, sleep=lambda s: None)
+    assert "it resumes" in str(e.value) and not dest.exists()
+    (part,) = (tmp_path / "cache" / "downloads").glob("*.part")
+    kept = part.stat().st_size
+    assert kept > 0
+    gh.state.faults.clear()
+    n = len(gh.state.log)
+    fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+    ranges = [h.get("Range") for m, p, h in gh.state.log[n:] if "vad-sm8750" in p]
+    assert ranges[0] == f"bytes={kept}-"
+    assert not (tmp_path / "cache" / "downloads").exists()
+
+
+def test_a_failed_fetch_leaves_an_existing_dest_as_it_was(gh, tmp_path):
+    folder = make_release(tmp_path / "good", TAG, socs=("SM8750",))
+    _publish(gh, folder)
+    dest = tmp_path / "d"
+    fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+    (dest / "mine.txt").write_text("keep")
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    with FakeGitHub() as evil:  # the same tag elsewhere, with a refused archive
+        _publish_with_model_archive(evil, tmp_path / "evil", lambda p, top: _tar(p, _evil_members(top, "link-chain")))
+        with pytest.raises(PackageError):
+            fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=evil.url)
+    with pytest.raises(NoBuildForChip):
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8650", dest=dest, api_url=gh.url)
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+
+
+def test_a_dest_that_cannot_be_written_is_a_usage_error(gh, release, tmp_path):
+    _publish(gh, release)
+    dest = tmp_path / "a-file"
+    dest.write_text("not a folder")
+    with pytest.raises(UsageError, match="cannot write there"):
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+    assert dest.read_text() == "not a folder"
+
+
+def one_line_error(r, code: int) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code, r.stderr
+    assert len(lines) == 1 and lines[0].startswith("qnn-release: error: "), r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    return lines[0]
+
+
+def test_every_fetch_failure_is_one_line_with_its_exit_code(gh, tmp_path):
+    _publish_with_model_archive(gh, tmp_path, lambda p, top: _tar(p, _evil_members(top, "link-chain")))
+    env = {**os.environ, "GITHUB_API_URL": gh.url}
+
+    def fetch(*extra, soc="SM8750", tag=TAG):
+        return run_cli("fetch", "--release", f"{REPO}@{tag}", "--model", "vad", "--soc", soc,
+                       "--dest", str(tmp_path / "d"), *extra, env=env)
+
+    assert "refused" in one_line_error(fetch(), 9)
+    assert "no NPU build of vad for SM8650" in one_line_error(fetch(soc="SM8650"), 3)
+    assert "no published release v9" in one_line_error(fetch(tag="v9"), 10)
+    gh.fault("GET", r"/releases/tags/", "drop", count=1000)
+    assert "gave up after 6 attempts (ConnectionError)" in one_line_error(fetch(), 4)
+    gh.state.faults.clear()
+    gh.fault("GET", r"/releases/download/.*manifest", "500", count=1000)
+    assert "gave up after 6 attempts (HTTP 500)" in one_line_error(fetch(), 4)
+    assert not (tmp_path / "d").exists()
+
+
+def test_publish_says_the_release_was_published(gh, release):
+    env = {**os.environ, "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token}
+    r = run_cli("publish", str(release), "--repo", REPO, "--tag", TAG, env=env)
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert "now published" in first and "draft release" not in first
+    r = run_cli("publish", str(release), "--repo", REPO, "--tag", TAG, env=env)
+    assert r.stdout.splitlines()[0].startswith(f"done: {REPO}@{TAG} (published release ")
 
 
 def test_token_never_printed(gh, release, tmp_path):
@@ -241,3 +418,19 @@ def test_fetch_asks_the_device_through_adb(gh, release, tmp_path):
     r = run_cli("fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--adb", "OTHER", "--dest",
                 str(tmp_path / "e"), env=env)
     assert r.returncode == 2 and "adb getprop ro.soc.model failed" in r.stderr
+
+
+def test_an_error_message_spanning_lines_is_printed_as_one(monkeypatch, capsys, tmp_path):
+    import ci_tools.fetch
+    from ci_tools import cli
+    from ci_tools.cli import main
+
+    monkeypatch.setattr(cli, "_stop_on_sigterm", lambda: None)  # leave pytest's own SIGTERM handling alone
+
+    def refuse(*a, **k):
+        raise PackageError("x.tar.bz2: refused: first\n  second\n\nthird", hint="a hint")
+
+    monkeypatch.setattr(ci_tools.fetch, "fetch_model", refuse)
+    code = main(["fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 9 and err == "qnn-release: error: x.tar.bz2: refused: first second third (hint: a hint)\n"
