@@ -144,6 +144,25 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .errors import UsageError
+    from .inspection import inspect, render_text
+    from .socs import UnknownSocError, load_catalog
+
+    catalog = load_catalog()
+    if not args.model.is_file():
+        raise UsageError(f"{args.model}: no such file", hint="give the path of an .onnx file")
+    try:
+        socs = [s for name in (args.soc or ["flagship"]) for s in catalog.expand(name)]
+    except UnknownSocError as e:
+        raise UsageError(f"--soc: {e.message}", hint=e.hint) from None
+    if not args.soc:  # one chip per HTP arch of the flagship phones
+        socs = list({s.htp_arch: s for s in socs}.values())
+    report = inspect(args.model, socs)
+    print(json.dumps(report, indent=2) if args.json else render_text(report))
+    return 0
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from .image import image
     from .matrix import load_matrix
@@ -188,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="fail with a diff when committed workflows are stale")
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("inspect", help="a new ONNX model: I/O, a graphs[] entry, ops, what HTP rejects and why")
+    p.add_argument("model", type=Path, help="the .onnx file")
+    p.add_argument("--soc", action="append", help="chips to try (default: one per HTP arch of the flagship group)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("image", help="the SDK image's immutable reference (refuses an unpinned SDK)")
     _matrix_arg(p)

@@ -50,6 +50,14 @@ def cmd_package(args: argparse.Namespace) -> int:
                      device_numbers=args.device_numbers, require_verified=args.require_verified)
     for a in result.assets:
         print(f"{a['sha256'][:12]}  {a['size'] / 1e6:8.2f} MB  {a['name']}")
+    import json
+    import sys
+
+    for w in json.loads((result.release / "manifest.json").read_text()).get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    if not any(a["kind"] == "qnn-libs" for a in result.assets):
+        print("note: no QNN runtime libraries in this release (no --qnn-sdk / QNN_SDK_ROOT): the release notes "
+              "say which ones the app needs", file=sys.stderr)
     print(f"\n{len(result.assets)} assets, manifest.json and SHA256SUMS in {result.release}"
           + (f"; release notes {result.notes}" if result.notes else ""))
     return 0

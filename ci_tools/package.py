@@ -265,7 +265,9 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         for a in assets:
             path = tmp / a["name"]
             a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
+        warnings = _sdk_warnings(loaded, {a["sdk_version"] for a in assets if a["kind"] == "model"})
         manifest = {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}",
+                    "warnings": warnings,
                     "sdk_versions": sorted({a["sdk_version"] for a in assets}),
                     "images": sorted({r["image"] for rs in complete.values() for r in rs if r.get("image")}),
                     "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
@@ -289,6 +291,16 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sdk_warnings(loaded: LoadedMatrix, compiled: set[str]) -> list[str]:
+    """The matrix pins one QAIRT version; binaries compiled with another QNN say so in the notes."""
+    pinned = loaded.matrix.sdk.qairt[0].version
+    other = sorted(v for v in compiled if version_core(v) != version_core(pinned))
+    if not other:
+        return []
+    return [f"the binaries were compiled with QNN {', '.join(other)}, the matrix pins QAIRT {pinned}: the device "
+            f"needs the runtime libraries of {', '.join(other)}"]
 
 
 def _licence(loaded: LoadedMatrix, model: Model, meta: Metadata) -> bytes:

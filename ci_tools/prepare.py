@@ -416,14 +416,19 @@ def _simplify(m, what: str, notes: list[str]):
         return m
     import onnxsim
 
+    from .quiet import captured
+
+    log = Path(tempfile.gettempdir()) / f"qnn-release-onnxsim-{os.getpid()}.log"
     try:
-        simplified, ok = onnxsim.simplify(m)
+        with captured(log):
+            simplified, ok = onnxsim.simplify(m)
     except Exception as first:
         # onnxsim cannot fold `If` branches whose subgraphs read outer-scope values (silero-vad's
         # sample-rate switch); onnxruntime's basic optimizer folds them once the condition is constant.
         try:
             folded = _ort_basic_fold(m)
-            simplified, ok = onnxsim.simplify(folded)
+            with captured(log):
+                simplified, ok = onnxsim.simplify(folded)
             notes.append("onnxsim failed on the raw graph; constants and If branches folded by "
                          "onnxruntime's basic graph optimizer first")
         except Exception:

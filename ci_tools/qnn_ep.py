@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BackendUnavailable, CompileError
+from .quiet import redirect_fds
 
 EP_NAME = "QNNExecutionProvider"
 COMPAT_KEY = f"ep_compatibility_info.{EP_NAME}"
@@ -44,28 +45,11 @@ def _ort():
 
 
 @contextlib.contextmanager
-def _redirect_fds(target: int):
-    """Point the process's stdout and stderr (the C++ libraries write there) at ``target`` for a while."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    os.dup2(target, 1)
-    os.dup2(target, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-
-
-@contextlib.contextmanager
 def _quiet_native_stderr():
     if os.environ.get("QNN_RELEASE_VERBOSE"):
         yield
         return
-    with open(os.devnull, "wb") as null, _redirect_fds(null.fileno()):
+    with open(os.devnull, "wb") as null, redirect_fds(null.fileno()):
         yield
 
 
@@ -128,7 +112,7 @@ def native_log(path: Path | None):
         return
     ort, _ = _ort()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f, _redirect_fds(f.fileno()):
+    with open(path, "ab") as f, redirect_fds(f.fileno()):
         ort.set_default_logger_severity(2)
         try:
             yield

@@ -77,7 +77,10 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
     try:
         config = get_qnn_qdq_config(str(prepared_path), Reader(), activation_type=getattr(QuantType, act),
                                     weight_type=getattr(QuantType, weight))
-        quantize(str(prepared_path), str(tmp / "q.onnx"), config)
+        from .quiet import captured
+
+        with captured(prepared_path.parent / f"{precision}-quantize.log"):
+            quantize(str(prepared_path), str(tmp / "q.onnx"), config)
         os.replace(tmp / "q.onnx", out)
     except CompileError:
         raise

@@ -1,0 +1,129 @@
+"""``qnn-release inspect MODEL.onnx``: what a new model needs before it goes into the matrix.
+
+Inputs and outputs with dtypes and dynamic dimensions, a ``graphs[]`` entry the matrix accepts as
+is (static shapes, int64 inputs read as int32), the op histogram, and per HTP arch what HTP takes
+and what it rejects with the reason and the fix (one trial compile per chip, after the same
+preparation ``build`` does).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+from .errors import QnnReleaseError, UsageError
+
+BATCH = re.compile(r"batch|^n$|^b$|^bs$", re.IGNORECASE)
+
+
+def _dims(v) -> list:
+    t = v.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in t.shape.dim]
+
+
+def suggest_graph(path: Path, inputs: list[dict]) -> dict:
+    """A graphs[] entry: a static shape for every input with a dynamic dimension (1 for a batch, 16 for
+    other lengths: change it to what the app feeds), int32 for int64 inputs (HTP has no int64)."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", path.stem.lower()).strip("-._") or "main"
+    if not name[0].isalnum():
+        name = "g" + name
+    entry: dict = {"name": name[:64], "file": path.name}
+    specs = {}
+    for i in inputs:
+        dynamic = any(not isinstance(d, int) for d in i["dims"])
+        if dynamic or i["dtype"] == "int64":
+            shape = [d if isinstance(d, int) else (1 if k == 0 or BATCH.search(str(d)) else 16)
+                     for k, d in enumerate(i["dims"])]
+            spec: dict = {"shape": shape}
+            if i["dtype"] == "int64":
+                spec["dtype"] = "int32"
+            specs[i["name"]] = spec
+    if specs:
+        entry["inputs"] = specs
+    return entry
+
+
+def inspect(path: Path, socs) -> dict:
+    import onnx
+
+    from .matrix import Graph, InputSpec, Options
+    from .prepare import _dtype_name, prepare
+
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except Exception as e:
+        raise UsageError(f"{path}: not a readable ONNX model: {str(e).splitlines()[0][:200]}") from None
+    init = {i.name for i in m.graph.initializer}
+    inputs = [{"name": v.name, "dtype": _dtype_name(v.type.tensor_type.elem_type), "dims": _dims(v)}
+              for v in m.graph.input if v.name not in init]
+    outputs = [{"name": v.name, "dtype": _dtype_name(v.type.tensor_type.elem_type), "dims": _dims(v)}
+               for v in m.graph.output]
+    ops = Counter(n.op_type for n in m.graph.node)
+    entry = suggest_graph(path, inputs)
+    report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
+              "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
+              "ops": dict(ops.most_common()), "suggested_graph": entry, "prepare": None, "htp": []}
+    graph = Graph(name=entry["name"], file=entry["file"],
+                  inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        model = SimpleNamespace(name="inspect", options=Options())
+        try:
+            prepared = prepare(model, graph, path.parent, Path(tmp), "inspect")
+        except QnnReleaseError as e:
+            report["prepare"] = {"ok": False, "error": str(e)}
+            return report
+        report["prepare"] = {"ok": True, "notes": prepared.notes, "outputs": [o.__dict__ for o in prepared.outputs],
+                             "parameters": prepared.parameters}
+        from .doctor import trial_compile
+
+        for soc in socs:
+            row = {"soc": soc.name, "htp_arch": soc.arch, "fp16": bool(soc.fp16)}
+            if not soc.fp16:
+                row.update(ok=False, error="no fp16 on this HTP: inspect with a chip that has it; build this one "
+                                           "as w8a16 or int8")
+                report["htp"].append(row)
+                continue
+            d = trial_compile(prepared.path, soc.soc_model, soc.htp_arch, fp16=True)
+            if d is None:
+                row.update(ok=False, error="the trial compile failed for another reason: see `build --verbose`")
+            else:
+                row.update(ok=not d.rejected, htp_nodes=sum(prepared.op_counts.values()) - len(d.rejected),
+                           **d.as_dict())
+            report["htp"].append(row)
+    return report
+
+
+def render_text(report: dict) -> str:
+    import yaml
+
+    from .report import table
+
+    lines = [f"{report['model']}: {report['nodes']} nodes, opset "
+             + ", ".join(f"{k} {v}" for k, v in report["opset"].items()), ""]
+    rows = [("input", i["name"], i["dtype"], str(i["dims"])) for i in report["inputs"]]
+    rows += [("output", o["name"], o["dtype"], str(o["dims"])) for o in report["outputs"]]
+    lines += [table(["", "name", "dtype", "dims"], rows), ""]
+    lines.append("ops: " + ", ".join(f"{k} x{v}" for k, v in report["ops"].items()))
+    lines += ["", "suggested graphs[] entry (check the lengths: they are what your app will feed):",
+              yaml.safe_dump([report["suggested_graph"]], sort_keys=False, default_flow_style=None).rstrip()]
+    prep = report["prepare"]
+    if prep and not prep["ok"]:
+        lines += ["", f"prepare: {prep['error']}"]
+        return "\n".join(lines)
+    for row in report["htp"]:
+        head = f"{row['soc']} ({row['htp_arch']}{', fp16' if row['fp16'] else ', no fp16'}): "
+        if row["ok"]:
+            lines.append(head + f"HTP takes all {row['htp_nodes']} nodes")
+        elif "causes" not in row:
+            lines.append(head + row["error"])
+        else:
+            lines.append(head + f"HTP rejects {row['rejected_nodes']} node(s)")
+            for c in row["causes"]:
+                lines.append(f"  {c['op']} x{c['count']} ({', '.join(c['nodes'][:3])}): {c['reason']}")
+                lines.append(f"    fix: {c['fix']}")
+    return "\n".join(lines)
