@@ -101,7 +101,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from .clients import render_clients
+    from .clients import FETCH_SH, render_clients
     from .matrix import load_matrix
     from .render import render_all, stale, write
 
@@ -121,6 +121,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"{len(files)} generated files (workflows, clients) are current")
         return 0
     written = write(root, files)
+    (root / FETCH_SH).chmod(0o755)  # run directly or as `sh qnn-fetch.sh`
     print(f"rendered {len(files)} files into {root / '.github' / 'workflows'} and {root / 'clients'}"
           + (f"; changed: {', '.join(str(w.name) for w in written)}" if written else "; nothing changed"))
     return 0

@@ -63,9 +63,8 @@ trap 'qf_cleanup; exit 130' INT TERM HUP
 
 # trimmed, lower case, runs of blanks and underscores as one '-'
 qf_norm() {
-    printf '%s' "$1" | tr '\011\012\013\014\015\034\035\036\037' '         ' \
-        | tr 'ABCDEFGHIJKLMNOPQRSTUVWXYZ' 'abcdefghijklmnopqrstuvwxyz' \
-        | sed -e 's/^ *//' -e 's/ *$//' -e 's/[ _][ _]*/-/g'
+    printf '%s' "$1" | tr 'ABCDEFGHIJKLMNOPQRSTUVWXYZ\011\012\013\014\015\034\035\036\037' \
+        'abcdefghijklmnopqrstuvwxyz         ' | sed -e 's/^ *//' -e 's/ *$//' -e 's/[ _][ _]*/-/g'
 }
 
 # spelling (normal form) -> the chip whose build it gets; "-": the resolver refuses it

@@ -125,11 +125,12 @@ sources: {t: test}
 groups: {}
 socs:
   - {name: SM8750, marketing: Snapdragon 8 Elite, kind: phone, soc_model: 69, htp_arch: 79, vtcm_mb: 8, fp16: true,
-     aliases: [sm8750-ac, qualcomm-snapdragon-8-elite, sun], sources: {soc_model: [t]}}
+     aliases: [sm8750-ac, qualcomm-snapdragon-8-elite, sun], sources: &all {soc_model: [t], htp_arch: [t],
+     vtcm_mb: [t], fp16: [t]}}
   - {name: SM7675, marketing: "Snapdragon 7+ Gen 3", kind: phone, soc_model: 70, htp_arch: 73, vtcm_mb: 4,
-     fp16: true, aliases: [cliffs, qualcomm-snapdragon-7plus-gen3, "sd 7+g3"], sources: {soc_model: [t]}}
+     fp16: true, aliases: [cliffs, qualcomm-snapdragon-7plus-gen3, "sd 7+g3"], sources: *all}
   - {name: QCS6490, marketing: QCS6490, kind: iot, soc_model: 35, htp_arch: 68, vtcm_mb: 2, fp16: false,
-     aliases: [qcm6490, kodiak], sources: {soc_model: [t]}}
+     aliases: [qcm6490, kodiak], sources: *all}
 """
 
 
