@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
         _error(str(e))
+        from .step_summary import append, failure
+
+        append(failure(args.command, e.exit_code, str(e)))  # in GitHub Actions: why the step failed
         return e.exit_code
     except KeyboardInterrupt:
         _error("interrupted")

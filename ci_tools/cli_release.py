@@ -14,6 +14,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     plan = publish(args.dist, args.repo, args.tag, token=token_from_env(), dry_run=args.dry_run,
                    replace=args.replace, log=lambda s: None)
+    from . import step_summary
+
+    step_summary.append(step_summary.publish(plan, args.repo, args.dry_run))
     head = f"{args.repo}@{args.tag}" + (f" ({plan.release})" if plan.release else "")
     print(("dry run, nothing changed: " if args.dry_run else "done: ") + head)
     for a in plan.actions:

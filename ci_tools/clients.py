@@ -114,6 +114,16 @@ def render_java(cat: Catalog) -> str:
     return _env().get_template("QnnModelResolver.java.j2").render(**_context(cat))
 
 
+def write_fetch_sh(folder: Path, cat: Catalog) -> Path:
+    """qnn-fetch.sh for a release folder (``package`` ships it beside the archives)."""
+    from .report import write_atomic
+
+    path = folder / FETCH_SH.name
+    write_atomic(path, render_fetch_sh(cat))
+    path.chmod(0o755)
+    return path
+
+
 def render_clients(cat: Catalog) -> dict[Path, str]:
     """The generated client files, by path relative to the repository."""
     return {FETCH_SH: render_fetch_sh(cat), JAVA: render_java(cat)}

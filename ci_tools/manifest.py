@@ -62,14 +62,7 @@ class LibsAsset(_A):
     htp_archs: list[str] = Field(description="the Hexagon archs whose skel libraries are included")
 
 
-class ClientAsset(_A):
-    """A download client published with the release (``qnn-fetch.sh``)."""
-
-    kind: Literal["client"]
-    language: str = Field(description="what runs it, e.g. POSIX sh")
-
-
-Asset = Annotated[ModelAsset | LibsAsset | ClientAsset, Field(discriminator="kind")]
+Asset = Annotated[ModelAsset | LibsAsset, Field(discriminator="kind")]
 
 
 class Manifest(BaseModel):
