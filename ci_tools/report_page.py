@@ -35,7 +35,7 @@ BAR = {"label": 78, "width": 180, "row": 20, "text": 80}  # chart geometry in px
 
 
 @functools.lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def page_env() -> jinja2.Environment:
     e = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                            undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                            keep_trailing_newline=True)
@@ -177,7 +177,7 @@ def page_data(manifest: dict, metas: dict[str, dict], report: dict | None, files
 
 
 def render_page(data: dict) -> str:
-    return _env().get_template("report/page.html.j2").render(**data)
+    return page_env().get_template("report/page.html.j2").render(**data)
 
 
 def _files(folder: Path) -> dict[str, tuple[int, str]]:

