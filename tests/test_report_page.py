@@ -241,10 +241,10 @@ def test_step_summaries_list_failures_first_with_their_cause(released):
     assert table[1].startswith("| ❌ failed | `broken.main.sm8750.fp16`") and "exit 6:" in table[1]
     assert "Erf" in table[1] and table[1].count("|") == 8  # the cause is one cell
     assert all(line.startswith("| ✅ ok |") for line in table[2:]) and len(table) == 6
-    assert "4/5 targets ok, 1 failed" in text
+    assert text.splitlines()[0] == "### qnn-release build: 4/5 targets ok, 1 failed" and text.splitlines()[1] == ""
     assert "qnn-release build failed (exit 8)" in text  # the step's own failure, after the table
     full = released["summary"].read_text()
-    assert "### qnn-release package: v1.2.0" in full and "`broken/SM8750/fp16`" in full
+    assert "### qnn-release package: v1.2.0\n\n" in full and "`broken/SM8750/fp16`" in full
     assert full.count("| alpha |") == 4
 
 
