@@ -39,9 +39,13 @@ def page_env() -> jinja2.Environment:
     e = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                            undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                            keep_trailing_newline=True)
-    e.filters["mb"] = lambda n: "" if n is None else f"{n / 1e6:.2f} MB"
+    e.filters["mb"] = size_text
     e.filters["num"] = lambda x, fmt: "" if x is None else format(x, fmt)
     return e
+
+
+def size_text(n: int | None) -> str:
+    return "" if n is None else f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def download_base(tag: str | None, repo: str | None = None) -> str | None:
@@ -156,7 +160,7 @@ def page_data(manifest: dict, metas: dict[str, dict], report: dict | None, files
             built = [(c, cells[(p, c, m)]) for c in chips if cells.get((p, c, m), {}).get("asset")]
             if not built:
                 continue
-            size = [(c, x["size"] / 1e6, f"{x['size'] / 1e6:.2f} MB") for c, x in built if x["size"] is not None]
+            size = [(c, x["size"] / 1e6, size_text(x["size"])) for c, x in built if x["size"] is not None]
             lat = [(c, x["latency_ms"], f"{x['latency_ms']:.3f} ms") for c, x in built if x["latency_ms"] is not None]
             charts.append({"model": m, "precision": p, "id": _slug("chart", m, p),
                            "size": _chart(f"{m} {p}: context binary size per chip", "MB", size),

@@ -110,7 +110,7 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     assert [r[0][:6] for r in fp16["rows"][1:]] == ["SM8550", "SM8750"]
     alpha_8750, broken_8750 = cells["SM8750"]
     assert "✓ passed" in alpha_8750 and "HTP" not in alpha_8750
-    for word in ("size", "MB", "compile", "parity", "cos ", "SNR", "dB", "latency", "ms (emulator)"):
+    for word in ("size", "B\n", "compile", "parity", "cos ", "SNR", "dB", "latency", "ms (emulator)"):
         assert word in alpha_8750, word
     assert "✗ failed" in broken_8750 and "Erf" in broken_8750  # the cause beside the colour
     assert "– not built" in cells["SM8550"][1]
@@ -118,7 +118,8 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     asset = next(a for a in manifest["assets"] if a["name"].startswith("alpha-sm8750-fp16"))
     with tarfile.open(release / asset["name"]) as tf:
         meta = json.load(tf.extractfile(next(m for m in tf.getmembers() if m.name.endswith("/metadata.json"))))
-    assert f"{meta['graphs'][0]['size'] / 1e6:.2f} MB" in alpha_8750
+    size = meta["graphs"][0]["size"]
+    assert (f"{size / 1e3:.1f} kB" if size < 1e6 else f"{size / 1e6:.2f} MB") in alpha_8750
     assert f"cos {meta['numbers']['main']['parity_vs_cpu']['cosine']:.6f}" in alpha_8750
     assert meta["numbers"]["main"]["verification"] == {"inputs": "generated", "source": "seed 0", "samples": 2,
                                                        "passed_by": "cosine"}
