@@ -99,10 +99,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from . import matrix, metadata
+    from . import manifest, matrix, metadata
     from .report import write_atomic
 
-    schemas = [(matrix.SCHEMA_FILE, matrix.json_schema()), (metadata.SCHEMA_FILE, metadata.json_schema())]
+    schemas = [(matrix.SCHEMA_FILE, matrix.json_schema()), (metadata.SCHEMA_FILE, metadata.json_schema()),
+               (manifest.SCHEMA_FILE, manifest.json_schema())]
     if args.check:
         stale = [str(f) for f, text in schemas if not f.exists() or f.read_text() != text]
         if stale:
@@ -120,12 +121,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from .clients import FETCH_SH, render_clients
     from .matrix import load_matrix
     from .render import render_all, stale, write
 
     loaded = load_matrix(args.matrix)
     root = args.root or loaded.root
-    files = render_all(loaded)
+    files = {**render_all(loaded), **render_clients(loaded.catalog)}  # workflows, then qnn-fetch.sh and Java
     if args.check:
         diffs, orphans = stale(root, files)
         if diffs or orphans:
@@ -133,13 +135,14 @@ def cmd_render(args: argparse.Namespace) -> int:
                 sys.stdout.write(d)
             for o in orphans:
                 print(f"generated file no longer produced by the matrix: {o}")
-            print(f"qnn-release: error: {len(diffs) + len(orphans)} workflow file(s) are stale "
+            print(f"qnn-release: error: {len(diffs) + len(orphans)} generated file(s) are stale "
                   f"(hint: run `qnn-release render` and commit the result)", file=sys.stderr)
             return 1
-        print(f"{len(files)} workflow files are current")
+        print(f"{len(files)} generated files (workflows, clients) are current")
         return 0
     written = write(root, files)
-    print(f"rendered {len(files)} workflow files into {root / '.github' / 'workflows'}"
+    (root / FETCH_SH).chmod(0o755)  # run directly or as `sh qnn-fetch.sh`
+    print(f"rendered {len(files)} files into {root / '.github' / 'workflows'} and {root / 'clients'}"
           + (f"; changed: {', '.join(str(w.name) for w in written)}" if written else "; nothing changed"))
     return 0
 
@@ -196,15 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("schema", help="print, write or check the JSON Schemas (matrix, archive metadata)")
+    p = sub.add_parser("schema", help="print, write or check the JSON Schemas (matrix, archive metadata, "
+                       "release manifest)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true")
     g.add_argument("--check", action="store_true")
     p.set_defaults(func=cmd_schema)
 
-    p = sub.add_parser("render", help="write .github/workflows from the matrix and templates/workflows")
+    p = sub.add_parser("render", help="write .github/workflows and clients/ (qnn-fetch.sh, Java) from the "
+                       "matrix, the chip catalog and templates/")
     _matrix_arg(p)
-    p.add_argument("--check", action="store_true", help="fail with a diff when committed workflows are stale")
+    p.add_argument("--check", action="store_true", help="fail with a diff when committed generated files are stale")
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
 
@@ -246,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
         _error(str(e))
+        from .step_summary import append, failure
+
+        append(failure(args.command, e.exit_code, str(e)))  # in GitHub Actions: why the step failed
         return e.exit_code
     except KeyboardInterrupt:
         _error("interrupted")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
+from . import step_summary
 from .errors import BuildFailed, UsageError
 
 
@@ -33,6 +35,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                               hint=f"details in {report.path}")
         return 0
     print(summary(report))
+    step_summary.append(step_summary.build(report))  # in GitHub Actions: the same table in the run's summary
     if args.package and not report.failed:
         cmd_package(args)
     if report.failed:
@@ -48,9 +51,9 @@ def cmd_package(args: argparse.Namespace) -> int:
 
     result = package(args.out, tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous, matrix=args.matrix,
                      device_numbers=args.device_numbers, require_verified=args.require_verified)
+    step_summary.append(step_summary.package(result, json.loads((result.release / "manifest.json").read_text())))
     for a in result.assets:
         print(f"{a['sha256'][:12]}  {a['size'] / 1e6:8.2f} MB  {a['name']}")
-    import json
     import sys
 
     for w in json.loads((result.release / "manifest.json").read_text()).get("warnings", []):
@@ -60,6 +63,14 @@ def cmd_package(args: argparse.Namespace) -> int:
               "say which ones the app needs", file=sys.stderr)
     print(f"\n{len(result.assets)} assets, manifest.json and SHA256SUMS in {result.release}"
           + (f"; release notes {result.notes}" if result.notes else ""))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report_page import report
+
+    page = report(args.dist, repo=args.repo)
+    print(f"wrote {page}")
     return 0
 
 
@@ -97,3 +108,9 @@ def register(sub, matrix_arg, target_filters) -> None:
     p.add_argument("--out", type=Path, default=Path("dist"), help="the build folder (with build-report.json)")
     _package_args(p)
     p.set_defaults(func=cmd_package)
+
+    p = sub.add_parser("report", help="write index.html, the release page, into a packaged dist/release")
+    p.add_argument("dist", type=Path, nargs="?", default=Path("dist"), help="the build folder or its release/ folder")
+    p.add_argument("--repo", default=os.environ.get("GITHUB_REPOSITORY") or None,
+                   help="OWNER/NAME: link the assets to its GitHub release (default: relative links)")
+    p.set_defaults(func=cmd_report)

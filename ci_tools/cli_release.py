@@ -14,6 +14,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     plan = publish(args.dist, args.repo, args.tag, token=token_from_env(), dry_run=args.dry_run,
                    replace=args.replace, log=lambda s: None)
+    from . import step_summary
+
+    step_summary.append(step_summary.publish(plan, args.repo, args.dry_run))
     head = f"{args.repo}@{args.tag}" + (f" ({plan.release})" if plan.release else "")
     print(("dry run, nothing changed: " if args.dry_run else "done: ") + head)
     for a in plan.actions:
@@ -51,7 +54,21 @@ def cmd_previous_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pages(args: argparse.Namespace) -> int:
+    from .pages import build_site
+
+    rows = build_site(args.repo, args.out, token=token_from_env())
+    pages = sum(1 for r in rows if r["page"])
+    print(f"{args.out}: index of {len(rows)} published release(s) of {args.repo}, {pages} with their own page")
+    return 0
+
+
 def register(sub) -> None:
+    p = sub.add_parser("pages", help="the GitHub Pages site: an index of every release and each release's page")
+    p.add_argument("--repo", required=True, help="OWNER/NAME")
+    p.add_argument("--out", type=Path, required=True, help="the site folder to write (replaced whole)")
+    p.set_defaults(func=cmd_pages)
+
     p = sub.add_parser("previous-manifest", help="the newest published release's manifest.json (for release notes)")
     p.add_argument("--repo", required=True, help="OWNER/NAME")
     p.add_argument("--tag", required=True, help="the tag being released (skipped)")

@@ -77,10 +77,20 @@ class Parity(_M):
     nan_count: int
 
 
+class Verification(_M):
+    inputs: Literal["real", "generated"] = Field(description="the model's own sample inputs (calibration.path) "
+                                                "or inputs generated from a seed")
+    source: str | None = Field(description="the folder of real inputs (relative to the matrix), or the seed")
+    samples: int | None = Field(description="how many inputs the binary was run on")
+    passed_by: Literal["cosine", "max_abs"] | None = Field(
+        default=None, description="max_abs: outputs near zero passed on the absolute tolerance, not on cosine")
+
+
 class GraphNumbers(_M):
     compile_seconds: float
     parity_vs_cpu: Parity | None
     emulator_latency_ms: float | None = Field(description="on the x86-64 HTP EMULATOR, not a device")
+    verification: Verification | None = Field(default=None, description="what the parity was measured on")
 
 
 class Metadata(_M):

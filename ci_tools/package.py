@@ -18,6 +18,7 @@ import numpy as np
 
 from . import __version__, qnn_ep
 from .archive import make_tar_bz2
+from .clients import write_fetch_sh
 from .errors import PackageError
 from .matrix import HfSource, LoadedMatrix, Model, PathSource, PipSource, UrlSource, load_matrix
 from .metadata import METADATA_VERSION, Metadata
@@ -26,6 +27,7 @@ from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
 from .quantize import BITS
 from .report import replace_dir, write_atomic, write_json
+from .report_page import write_page
 from .sources import sha256_file
 from .templating import render
 
@@ -205,6 +207,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include")):
                 assets.append({"name": path.name, "kind": kind, "sdk_version": libs_ver, "htp_archs":
                                [f"v{a}" for a in sorted(archs)]})
+        metas: dict[str, dict] = {}  # archive name -> its metadata.json, for the release page
         for (model_name, soc_name, precision), records in sorted(complete.items()):
             model, soc = loaded.matrix.model(model_name), loaded.catalog.get(soc_name)
             sdk = records[0]["_sdk"]
@@ -232,7 +235,8 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                                "size": binary.stat().st_size, "sha256": sha256_file(binary)})
                 emu = target.get("emulator_seconds")
                 numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
-                                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None}
+                                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
+                                   "verification": verification(model, target)}
             names = {m[0] for m in members}
             if len(names) != len(members):
                 raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
@@ -255,6 +259,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                         (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta).encode()),
                         (f"{stem}/LICENSE", _licence(loaded, model, meta))]
             archive = make_tar_bz2(tmp / f"{stem}.tar.bz2", members)
+            metas[archive.name] = meta.model_dump(mode="json")
             assets.append({"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
                            "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
                            "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
@@ -279,9 +284,12 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                            changes=_changes(manifest, prev), previous=prev)
             write_atomic(tmp / "RELEASE_NOTES.md", notes)
             notes_path = notes_dir / f"{tag}.md"
+        _manifest_contract(manifest)
         write_json(tmp / "manifest.json", manifest)
+        client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
         sums = "".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"])
-        write_atomic(tmp / "SHA256SUMS", sums)
+        write_atomic(tmp / "SHA256SUMS", sums + f"{sha256_file(client)}  {client.name}\n")
+        write_page(tmp, manifest, metas, report)  # index.html: the release page, last (it lists the others' sha256)
         replace_dir(tmp, release)
         tmp = None
         if notes_path is not None:
@@ -301,6 +309,28 @@ def _sdk_warnings(loaded: LoadedMatrix, compiled: set[str]) -> list[str]:
         return []
     return [f"the binaries were compiled with QNN {', '.join(other)}, the matrix pins QAIRT {pinned}: the device "
             f"needs the runtime libraries of {', '.join(other)}"]
+
+
+def verification(model: Model, target: dict) -> dict | None:
+    """What a target's parity was measured on: the model's real inputs, or generated ones."""
+    if not target.get("verified"):
+        return None
+    real = model.calibration.path
+    return {"inputs": "real" if real else "generated", "source": real or f"seed {model.calibration.seed}",
+            "samples": target.get("verify_samples"), "passed_by": target.get("passed_by")}
+
+
+def _manifest_contract(manifest: dict) -> None:
+    import pydantic
+
+    from .manifest import validate_manifest
+
+    try:
+        validate_manifest(manifest)
+    except pydantic.ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise PackageError(f"manifest.json would break its schema at {'.'.join(map(str, err['loc']))}: "
+                           f"{err['msg']}") from None
 
 
 def _licence(loaded: LoadedMatrix, model: Model, meta: Metadata) -> bytes:

@@ -19,6 +19,8 @@ from .sources import sha256_file
 
 MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
 LAST = ("SHA256SUMS", "manifest.json")  # what download clients read: only once everything else is there
+# published beside the archives when package wrote them: notes, the sh client, the release page
+EXTRAS = (("RELEASE_NOTES.md", "text/markdown"), ("qnn-fetch.sh", "text/x-shellscript"), ("index.html", "text/html"))
 
 
 @dataclass
@@ -70,9 +72,9 @@ def local_assets(folder: Path) -> tuple[dict, list[tuple[str, Path, str, str]]]:
             raise PublishError(f"{path}: {path.stat().st_size} bytes; GitHub assets must be under 2 GiB",
                                hint="split the model into several graphs or quantize its weights")
         files.append((a["name"], path, digest, "application/x-bzip2"))
-    if (folder / "RELEASE_NOTES.md").is_file():
-        files.append(("RELEASE_NOTES.md", folder / "RELEASE_NOTES.md", sha256_file(folder / "RELEASE_NOTES.md"),
-                      "text/markdown"))
+    for name, ctype in EXTRAS:
+        if (folder / name).is_file():
+            files.append((name, folder / name, sha256_file(folder / name), ctype))
     for name in LAST:
         files.append((name, folder / name, sha256_file(folder / name),
                       "application/json" if name.endswith(".json") else "text/plain"))

@@ -15,6 +15,8 @@ def env() -> jinja2.Environment:
                            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                            autoescape=False)  # noqa: S701 - Markdown and YAML, not HTML
     e.filters["mb"] = lambda n: f"{(n or 0) / 1e6:.2f} MB"
+    # a Markdown table cell: one line, no column break
+    e.filters["cell"] = lambda s: " ".join(str(s).split()).replace("|", "\\|")
     return e
 
 

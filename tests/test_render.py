@@ -61,6 +61,8 @@ def test_every_generated_file_has_the_header_and_structure():
             assert "permissions" in job, f"{rel}:{job_id}"
             writes = {k for k, v in job["permissions"].items() if v == "write"}
             allowed = {"release.yaml": {"contents"}, "qnn-sdk-docker-build.yaml": {"packages"}}.get(rel.name, set())
+            if (rel.name, job_id) == ("release.yaml", "pages"):  # GitHub Pages: deploy-pages needs both, only here
+                allowed = {"pages", "id-token"}
             if "uses" in job:  # a job calling a reusable workflow: its image job may push the SDK image
                 allowed = {"packages"} if job["uses"].endswith("qnn-sdk-docker-build.yaml") or \
                     job["uses"].endswith("-qnn.yaml") else set()
@@ -96,6 +98,12 @@ def test_every_generated_file_has_the_header_and_structure():
     assert release["jobs"]["export-silero-vad"]["needs"] == ["image"]
     package_run = " ".join(s.get("run", "") for s in release["jobs"]["package"]["steps"])
     assert "--from-store" in package_run and "--require-verified" in package_run
+    pages = release["jobs"]["pages"]
+    assert pages["needs"] == ["publish"] and pages["environment"]["name"] == "github-pages"
+    assert pages["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert [s["uses"].split("@")[0] for s in pages["steps"] if "uses" in s][-2:] == [
+        "actions/upload-pages-artifact", "actions/deploy-pages"]
+    assert "qnn-release pages" in " ".join(s.get("run", "") for s in pages["steps"])
 
 
 def test_shards_split_at_256():

@@ -25,6 +25,7 @@ def repo(tmp_path):
     shutil.copy(DEMO_MATRIX, root / "matrix" / "models.yaml")
     shutil.copytree(REPO / ".github", root / ".github")
     shutil.copy(REPO / "Dockerfile-2.40", root / "Dockerfile-2.40")
+    shutil.copytree(REPO / "clients", root / "clients")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],

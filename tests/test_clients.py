@@ -1,0 +1,434 @@
+"""The clients without Python: qnn-fetch.sh under dash and busybox sh, and the Java resolver (javac + java).
+
+Both must answer like the Python resolver (``ci_tools.socs``) on every chip spelling of the catalog
+and like ``qnn-release fetch`` on every manifest case; qnn-fetch.sh runs against the fake GitHub.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ci_tools.archive import make_tar_bz2
+from ci_tools.clients import FETCH_SH, JAVA, MARKER, norm, render_clients, spelling_table
+from ci_tools.errors import QnnReleaseError
+from ci_tools.fetch import fetch_model
+from ci_tools.manifest import validate_manifest
+from ci_tools.publish import publish
+from ci_tools.socs import load_catalog
+from ci_tools.sources import sha256_file
+from tests.conftest import REPO
+from tests.fake_github import FakeGitHub
+
+OWNER_REPO, TAG, SDK = "acme/models", "v3.1.0", "2.40.0.251030"
+SCRIPT = REPO / FETCH_SH
+
+
+# -- the spellings ------------------------------------------------------------------------------
+
+def _python_chip(cat, spelling: str) -> str:
+    try:
+        return cat.resolve(spelling).name
+    except QnnReleaseError:
+        return "none"
+
+
+def _variants(cat) -> list[str]:
+    """Every spelling the catalog lists, as devices, users and build scripts write it, and near misses."""
+    table, _ = spelling_table(cat)
+    base = sorted(set(table) | {s for soc in cat.socs for s in (soc.name, soc.marketing, *soc.aliases) if s})
+    out: list[str] = []
+    for s in base:
+        out += [s, s.upper(), s.title(), f"  {s}\n", f"{s}\r\n", s.replace("-", " "), s.replace("-", "_"),
+                s.replace("-", " _ "), f"{s}-AC", f"{s}-ab", f"{s}-AC-x1", f"{s}x", s[:-1]]
+    for soc in cat.socs:
+        for i in getattr(soc, "soc_ids", []):
+            out += [f"soc_id:{i}", f"SOC_ID {i}", f"socid=0{i}", f"soc-id: {i}", f"soc_id:{i}0"]
+    out += ["", " ", "\t\n", "SM", "sm875", "sm87500", "MT6989", "Exynos 2400", "soc_id:0", "soc_id:99999",
+            "snapdragon", "qualcomm", "-ac", "sm8750--ac", "sm8750-ac-", "SM8750 AC", "sm8750ac", "SM8750-",
+            "sm8750-a*", "sm8750-[ac]", "sm8750|sm8550", "'sm8750'", "$(echo SM8750)", "*", "?", "soc_id:",
+            "ＳＭ８７５０", "sm8750\x00", "x" * 300]
+    return list(dict.fromkeys(out))
+
+
+def test_generated_clients_are_current_and_marked():
+    files = render_clients(load_catalog())
+    assert set(files) == {FETCH_SH, JAVA}
+    for rel, text in files.items():
+        assert MARKER in text.splitlines()[1 if rel == FETCH_SH else 0] and "do not edit" in text
+        assert (REPO / rel).read_text() == text, f"{rel} is stale: run `qnn-release render`"
+
+
+def test_spelling_table_is_what_the_python_resolver_answers():
+    cat = load_catalog()
+    table, binned = spelling_table(cat)
+    assert len(table) >= 3 * len(cat.socs)
+    for key, chip in table.items():
+        assert key == norm(key) and _python_chip(cat, key) == (chip or "none")
+    assert binned["sm8750"] == "SM8750" and _python_chip(cat, "sm8750-zz") == "SM8750"
+
+
+# -- Java -----------------------------------------------------------------------------------------
+
+def _java_tools():
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if not (javac and java):
+        pytest.skip("no JDK (javac and java): apt-get install default-jdk-headless to run the Java resolver tests")
+    return javac, java
+
+
+def _compile_java(src: Path, out: Path) -> Path:
+    javac, _ = _java_tools()
+    out.mkdir(parents=True, exist_ok=True)
+    # Java 8 language level and API: what Android API 24 accepts
+    r = subprocess.run([javac, "--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror", "-d", str(out), str(src),
+                        str(REPO / "tests" / "java" / "ResolverHarness.java")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def java_classes(tmp_path_factory):
+    return _compile_java(REPO / JAVA, tmp_path_factory.mktemp("java"))
+
+
+def _java_chips(classes: Path, spellings: list[str]) -> list[str]:
+    _, java = _java_tools()
+    stdin = "".join(s.encode().hex() + "\n" for s in spellings)
+    r = subprocess.run([java, "-cp", str(classes), "qnnrelease.ResolverHarness"], input=stdin, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_java_and_python_agree_on_every_spelling(java_classes):
+    cat = load_catalog()
+    spellings = _variants(cat)
+    assert len(spellings) > 500
+    expected = [_python_chip(cat, s) for s in spellings]
+    got = _java_chips(java_classes, spellings)
+    wrong = [(s, e, g) for s, e, g in zip(spellings, expected, got) if e != g]
+    assert len(got) == len(spellings) and not wrong, wrong[:10]
+    assert {"SM8750", "SM8550", "none"} <= set(expected)
+
+
+BIG_CATALOG = """
+version: 1
+sources: {t: test}
+groups: {}
+socs:
+  - {name: SM8750, marketing: Snapdragon 8 Elite, kind: phone, soc_model: 69, htp_arch: 79, vtcm_mb: 8, fp16: true,
+     aliases: [sm8750-ac, qualcomm-snapdragon-8-elite, sun], sources: &all {soc_model: [t], htp_arch: [t],
+     vtcm_mb: [t], fp16: [t]}}
+  - {name: SM7675, marketing: "Snapdragon 7+ Gen 3", kind: phone, soc_model: 70, htp_arch: 73, vtcm_mb: 4,
+     fp16: true, aliases: [cliffs, qualcomm-snapdragon-7plus-gen3, "sd 7+g3"], sources: *all}
+  - {name: QCS6490, marketing: QCS6490, kind: iot, soc_model: 35, htp_arch: 68, vtcm_mb: 2, fp16: false,
+     aliases: [qcm6490, kodiak], sources: *all}
+"""
+
+
+def test_a_new_catalog_regenerates_clients_that_agree(tmp_path):
+    """The tables come from whatever catalog is loaded: a chip added to it is known to both clients."""
+    from ci_tools.clients import render_java
+
+    path = tmp_path / "socs.yaml"
+    path.write_text(BIG_CATALOG)
+    cat = load_catalog(path)
+    src = tmp_path / "src" / "QnnModelResolver.java"
+    src.parent.mkdir()
+    src.write_text(render_java(cat))
+    classes = _compile_java(src, tmp_path / "classes")
+    spellings = _variants(cat)
+    expected = [_python_chip(cat, s) for s in spellings]
+    assert "SM7675" in expected and "QCS6490" in expected
+    assert _java_chips(classes, spellings) == expected
+    script = tmp_path / "qnn-fetch.sh"
+    from ci_tools.clients import render_fetch_sh
+
+    script.write_text(render_fetch_sh(cat))
+    for sh in _shells():
+        assert _sh_chips(sh, script, spellings) == expected, sh
+
+
+# -- sh -------------------------------------------------------------------------------------------
+
+def _busybox_path(tmp: Path) -> Path | None:
+    """A PATH of busybox applets only: no GNU tools, no curl (busybox wget downloads)."""
+    bb = shutil.which("busybox")
+    if bb is None:
+        return None
+    folder = tmp / "busybox-bin"
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        applets = subprocess.run([bb, "--list"], capture_output=True, text=True).stdout.split()
+        for a in applets:
+            (folder / a).symlink_to(bb)
+    return folder
+
+
+def _shells() -> list[str]:
+    found = [s for s in ("dash", "busybox") if shutil.which(s)]
+    if not found:
+        pytest.skip("neither dash nor busybox is installed (apt-get install dash busybox)")
+    return found
+
+
+def _sh_argv(sh: str) -> list[str]:
+    return [shutil.which("dash")] if sh == "dash" else [shutil.which("busybox"), "sh"]
+
+
+def _sh_chips(sh: str, script: Path, spellings: list[str]) -> list[str]:
+    safe = [s for s in spellings if "\x00" not in s]  # argv cannot carry NUL
+    r = subprocess.run([*_sh_argv(sh), str(script), "--resolve", *safe], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode in (0, 3), r.stderr
+    got = iter(r.stdout.splitlines())
+    return [next(got) if "\x00" not in s else "none" for s in spellings]
+
+
+@pytest.mark.parametrize("sh", ["dash", "busybox"])
+def test_sh_and_python_agree_on_every_spelling(sh):
+    if not shutil.which(sh):
+        pytest.skip(f"{sh} is not installed (apt-get install {sh})")
+    cat = load_catalog()
+    spellings = _variants(cat)
+    expected = [_python_chip(cat, s) if "\x00" not in s else "none" for s in spellings]
+    got = _sh_chips(sh, SCRIPT, spellings)
+    wrong = [(s, e, g) for s, e, g in zip(spellings, expected, got) if e != g]
+    assert not wrong, wrong[:10]
+
+
+# -- manifests: the same choice as `qnn-release fetch` --------------------------------------------
+
+ROWS = [("vad", "SM8750", "fp16"), ("vad", "SM8750", "w8a16"), ("vad", "SM8750", "int8"),
+        ("vad", "SM8550", "int8"), ("vad", "SM8550", "w8a16"), ("ocr", "SM8650", "w8a16"), ("ocr", "QCS9100", "fp16")]
+
+
+def _release(folder: Path, rows=ROWS, libs: bool = True) -> Path:
+    """A release made with the real archive writer: several models, chips and precisions, one qnn-libs."""
+    cat = load_catalog()
+    folder.mkdir(parents=True, exist_ok=True)
+    assets = []
+    for model, soc, precision in rows:
+        chip = cat.get(soc)
+        stem = f"{model}-{soc.lower()}-{precision}-qnn{SDK}"
+        make_tar_bz2(folder / f"{stem}.tar.bz2", [
+            (f"{stem}/{model}_ctx.onnx", f"stub {soc} {precision}".encode()),
+            (f"{stem}/{model}_ctx_qnn.bin", f"binary for {soc} {precision}".encode() * 50),
+            (f"{stem}/metadata.json", json.dumps({"chip": {"name": soc}}).encode())])
+        assets.append({"name": f"{stem}.tar.bz2", "kind": "model", "model": model, "soc": soc,
+                       "soc_aliases": [soc.lower(), *chip.aliases], "precision": precision, "sdk_version": SDK,
+                       "graphs": [model]})
+    if libs:
+        make_tar_bz2(folder / f"qnn-libs-{SDK}.tar.bz2", [(f"qnn-libs-{SDK}/libQnnHtp.so", b"\x7fELF htp")])
+        assets.append({"name": f"qnn-libs-{SDK}.tar.bz2", "kind": "qnn-libs", "sdk_version": SDK,
+                       "htp_archs": ["v73", "v79"]})
+    _finish(folder, assets)
+    return folder
+
+
+def _finish(folder: Path, assets: list[dict]) -> None:
+    for a in assets:
+        a["size"], a["sha256"] = (folder / a["name"]).stat().st_size, sha256_file(folder / a["name"])
+    manifest = {"manifest_version": 1, "tag": TAG, "toolkit": "qnn-release test", "sdk_versions": [SDK],
+                "skipped": [], "assets": sorted(assets, key=lambda a: a["name"])}
+    validate_manifest(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    (folder / "SHA256SUMS").write_text("".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"]))
+
+
+@pytest.fixture
+def gh():
+    with FakeGitHub() as server:
+        yield server
+
+
+def _publish(gh, folder: Path) -> None:
+    publish(folder, OWNER_REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+
+
+CASES = [("vad", "sm8750-ac", None), ("vad", "SM8750", "int8"), ("vad", "Snapdragon 8 Gen 2", None),
+         ("vad", "kalama", "fp16"), ("ocr", "SM8650", None), ("ocr", "qcs9100", None), ("ocr", "SM8750", None),
+         ("vad", "MT6989", None), ("vad", "SM8650", None), ("vad", "sm8550-AB", "w8a16"), ("asr", "SM8750", None)]
+
+
+def _python_case(gh, model, soc, precision, dest) -> tuple[int, str]:
+    try:
+        r = fetch_model(f"{OWNER_REPO}@{TAG}", model, soc=soc, precision=precision, dest=dest, api_url=gh.url,
+                        sleep=lambda s: None)
+    except QnnReleaseError as e:
+        return e.exit_code, ""
+    return 0, f"{r.archive} {r.precision} {r.soc} {r.qnn_libs}"
+
+
+def test_java_chooses_what_fetch_chooses(gh, tmp_path, java_classes):
+    folder = _release(tmp_path / "rel")
+    _publish(gh, folder)
+    _, java = _java_tools()
+    base = f"{gh.url}/{OWNER_REPO}/releases/download/{TAG}/"
+    for i, (model, soc, precision) in enumerate(CASES):
+        code, want = _python_case(gh, model, soc, precision, tmp_path / f"py{i}")
+        r = subprocess.run([java, "-cp", str(java_classes), "qnnrelease.QnnModelResolver",
+                            str(folder / "manifest.json"), model, soc, precision or "-", base],
+                           capture_output=True, text=True)
+        assert r.returncode == code, (model, soc, precision, r.stdout, r.stderr)
+        if code == 0:
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+            assert f"{kv['asset']} {kv['precision']} {kv['soc']} {kv['qnn_libs']}" == want
+            assert kv["url"] == base + kv["asset"] and len(kv["sha256"]) == 64
+            assert kv["qnn_libs_url"].endswith(kv["qnn_libs"])
+            assert kv["sha256"] == sha256_file(folder / kv["asset"])
+        elif code == 3:
+            assert r.stdout.startswith(f"none: no NPU build of {model} for ") and "use the CPU model" in r.stdout
+        else:
+            assert "no model 'asr' in this release" in r.stderr
+
+
+# -- qnn-fetch.sh against the fake GitHub ---------------------------------------------------------
+
+def _run_sh(sh: str, gh, tmp: Path, *args: str, downloader: str | None = None) -> subprocess.CompletedProcess:
+    env = {"HOME": str(tmp), "QNN_FETCH_BASE_URL": gh.url, "LC_ALL": "C"}
+    if sh == "busybox":
+        env["PATH"] = str(_busybox_path(tmp))  # busybox alone: its tar, awk, sed, sha256sum, wget
+    else:
+        env["PATH"] = os.environ["PATH"]
+    if downloader:
+        env["QNN_FETCH_DOWNLOADER"] = downloader
+    return subprocess.run([*_sh_argv(sh), str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+SH_VARIANTS = [("dash", None), ("dash", "wget"), ("busybox", None)]
+
+
+def _need(sh: str, downloader: str | None) -> None:
+    if not shutil.which(sh):
+        pytest.skip(f"{sh} is not installed (apt-get install {sh})")
+    if downloader and not shutil.which(downloader):
+        pytest.skip(f"{downloader} is not installed")
+
+
+@pytest.mark.parametrize(("sh", "downloader"), SH_VARIANTS)
+def test_sh_fetches_what_fetch_fetches(gh, tmp_path, sh, downloader):
+    _need(sh, downloader)
+    folder = _release(tmp_path / "rel")
+    _publish(gh, folder)
+    for i, (model, soc, precision) in enumerate(CASES):
+        code, want = _python_case(gh, model, soc, precision, tmp_path / f"py{i}")
+        dest = tmp_path / f"sh{i}"
+        args = ["--release", f"{OWNER_REPO}@{TAG}", "--model", model, "--soc", soc, "--dest", str(dest)]
+        r = _run_sh(sh, gh, tmp_path, *args, *(["--precision", precision] if precision else []),
+                    downloader=downloader)
+        assert r.returncode == code, (model, soc, precision, r.stdout, r.stderr)
+        if code:
+            assert not dest.exists(), "a failed fetch left DEST behind"
+            assert r.stderr.count("\n") == 1 and r.stderr.startswith("qnn-fetch.sh: error: ")
+            if code == 3:
+                assert "use the CPU model" in r.stderr
+            continue
+        kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+        assert f"{kv['archive']} {kv['precision']} {kv['soc']} {kv['qnn_libs']}" == want
+        top = Path(kv["path"])
+        assert top == (dest / kv["archive"].removesuffix(".tar.bz2")).resolve()
+        with tarfile.open(folder / kv["archive"]) as tf:  # exactly the archive's files, byte for byte
+            for m in tf.getmembers():
+                if m.isfile():
+                    assert (dest / m.name).read_bytes() == tf.extractfile(m).read()
+        assert (Path(kv["qnn_libs_path"]) / "libQnnHtp.so").read_bytes() == b"\x7fELF htp"
+        assert sorted(p.name for p in dest.iterdir()) == sorted([".downloads", top.name, f"qnn-libs-{SDK}"])
+    # a second run downloads only the manifest: the verified archives are kept in DEST/.downloads
+    gh.state.log.clear()
+    r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "sm8750-ac",
+                "--dest", str(tmp_path / "sh0"), downloader=downloader)
+    assert r.returncode == 0, r.stderr
+    assert [p for m, p, _ in gh.state.log] == [f"/{OWNER_REPO}/releases/download/{TAG}/manifest.json"]
+
+
+def _evil(path: Path, stem: str, kind: str) -> None:
+    with tarfile.open(path, "w:bz2") as tar:
+        def add(name, data=b"x", **attrs):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            for k, v in attrs.items():
+                setattr(info, k, v)
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+        add(f"{stem}/ok.bin")
+        if kind == "traversal":
+            add(f"{stem}/../../evil.txt")
+        elif kind == "absolute":
+            add("/tmp/qnn-fetch-evil-absolute.txt")
+        elif kind == "symlink":
+            add(f"{stem}/link", b"", type=tarfile.SYMTYPE, linkname="../../../../etc")
+        elif kind == "hardlink":
+            add(f"{stem}/hard", b"", type=tarfile.LNKTYPE, linkname="../outside.txt")
+        elif kind == "outside-top":
+            add("other/evil.txt")
+        elif kind == "fifo":
+            add(f"{stem}/fifo", b"", type=tarfile.FIFOTYPE)
+
+
+@pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink", "outside-top", "fifo"])
+@pytest.mark.parametrize("sh", ["dash", "busybox"])
+def test_sh_refuses_malicious_archives_leaving_nothing_behind(gh, tmp_path, sh, kind):
+    _need(sh, None)
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    model = next(a for a in manifest["assets"] if a["kind"] == "model")
+    _evil(folder / model["name"], model["name"].removesuffix(".tar.bz2"), kind)
+    _finish(folder, manifest["assets"])
+    _publish(gh, folder)
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    (outer / "outside.txt").write_text("keep me")
+    r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750",
+                "--dest", str(outer / "dest"))
+    assert r.returncode == 9, r.stdout + r.stderr
+    assert "refused" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert sorted(p.name for p in outer.iterdir()) == ["outside.txt"]  # DEST was new: it is gone again
+    assert (outer / "outside.txt").read_text() == "keep me"
+    assert not Path("/tmp/qnn-fetch-evil-absolute.txt").exists() and not (tmp_path / "evil.txt").exists()
+    # an existing DEST is left as it was
+    (outer / "dest").mkdir()
+    (outer / "dest" / "mine.txt").write_text("app data")
+    r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750",
+                "--dest", str(outer / "dest"))
+    assert r.returncode == 9
+    assert sorted(p.name for p in (outer / "dest").iterdir()) == ["mine.txt"]
+
+
+@pytest.mark.parametrize("sh", ["dash", "busybox"])
+def test_sh_corrupt_download_is_retried_then_refused(gh, tmp_path, sh):
+    _need(sh, None)
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")], libs=False)
+    _publish(gh, folder)
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "corrupt", count=1)
+    dest = tmp_path / "d"
+    args = ("--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest", str(dest))
+    r = _run_sh(sh, gh, tmp_path, *args)
+    assert r.returncode == 0, r.stderr  # the second attempt got the right bytes
+    assert dict(line.split("=", 1) for line in r.stdout.splitlines())["qnn_libs_path"] == ""
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "corrupt", count=3)
+    shutil.rmtree(dest)
+    r = _run_sh(sh, gh, tmp_path, *args)
+    assert r.returncode == 10 and "sha256" in r.stderr, r.stderr
+    assert not dest.exists()
+
+
+def test_sh_usage_errors_are_one_line_with_exit_2(gh, tmp_path):
+    _need("dash", None)
+    cases = [(["--model", "vad"], "required"), (["--release", "acme@v1", "--model", "m", "--soc", "SM8750",
+                                                  "--dest", "d"], "OWNER/NAME@TAG"),
+             (["--release", "a/b@v1", "--model", "m", "--soc", "SM8750", "--dest", "d", "--precision", "fp8"],
+              "--precision"), (["--bogus"], "unknown argument")]
+    for args, text in cases:
+        r = _run_sh("dash", gh, tmp_path, *args)
+        assert r.returncode == 2 and text in r.stderr and "error:" in r.stderr, (args, r.stderr)
+    r = _run_sh("dash", gh, tmp_path, "--release", f"{OWNER_REPO}@v9.9.9", "--model", "vad", "--soc", "SM8750",
+                "--dest", str(tmp_path / "none"))
+    assert r.returncode == 10 and "manifest.json" in r.stderr and not (tmp_path / "none").exists()
