@@ -442,6 +442,11 @@ def summary(report: BuildReport) -> str:
     if any(r.get("passed_by") == "max_abs" for r in report.records):
         text += ("\n* outputs near zero on the verification inputs: passed on the absolute tolerance "
                  "(max_abs), not on cosine; give real inputs with calibration.path")
+    generated = sorted({r["model"] for r in report.records
+                        if str(r.get("verify_inputs") or "").startswith("generated")})
+    if generated:
+        text += (f"\nnote: verified on generated inputs only: {', '.join(generated)} (give real samples with "
+                 "calibration.path, or value ranges with graphs[].inputs.<name>.range)")
     for r in report.failed:
         text += f"\nFAILED {r['id']}: {r['error']}"
     for r in report.refused:

@@ -1,0 +1,220 @@
+"""New models, first try: the HTP doctor, inspect, data-sized outputs, parity like with like, graph fixes,
+per-output verification with precision-fitting hints, and where verification inputs came from."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import yaml
+from onnx import TensorProto, helper, numpy_helper
+
+from ci_tools.matrix import Thresholds
+from ci_tools.verify import check
+from tests import models
+from tests.conftest import path_model, run_cli, write_matrix
+
+
+def _env(cache):
+    return {**os.environ, "QNN_RELEASE_CACHE": str(cache)}
+
+
+def _report(out):
+    return json.loads((out / "build-report.json").read_text())
+
+
+def dynamic_quant(path):
+    """DynamicQuantizeLinear + MatMulInteger: what onnxruntime's dynamic quantizer writes."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["mi"], name="mmi"),
+             helper.make_node("Cast", ["mi"], ["mf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Mul", ["mf", "xs"], ["y"], name="rescale")]
+    g = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          [numpy_helper.from_array(rng.integers(0, 255, (8, 4)).astype(np.uint8), "w"),
+                           numpy_helper.from_array(np.array(128, np.uint8), "wz")])
+    return models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def runtime_clip(path):
+    """Clip whose min is computed at run time and whose max is +inf (HTP needs finite constants)."""
+    nodes = [helper.make_node("ReduceMin", ["x"], ["m"], keepdims=0, name="floor"),
+             helper.make_node("Clip", ["x", "m", "inf"], ["c"], name="clip_rt"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "clip", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(np.array(np.inf, np.float32), "inf")])
+    return models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def data_sized(path):
+    """An output whose length is the number of positive inputs (NonZero)."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["b"], name="positive"),
+             helper.make_node("NonZero", ["b"], ["nz"], name="where"),
+             helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT, name="cast")]
+    g = helper.make_graph(nodes, "nz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])],
+                          [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    return models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "models").mkdir()
+    return tmp_path
+
+
+def test_one_graph_failing_in_prepare_stops_nothing_else(repo, tmp_path):
+    good = models.mlp(repo / "models" / "good.onnx", dynamic_batch=False)
+    bad = data_sized(repo / "models" / "nz.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "good", good, chips=["SM8750"]),
+                                 path_model(repo, "nz", bad, chips=["SM8750", "SM8550"])])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))
+    assert r.returncode == 8 and "Traceback" not in r.stderr and "internal error" not in r.stdout + r.stderr
+    rep = {t["id"]: t for t in _report(out)["targets"]}
+    assert rep["good.main.sm8750.fp16"]["status"] == "ok"
+    for soc in ("sm8750", "sm8550"):
+        t = rep[f"nz.main.{soc}.fp16"]
+        assert t["status"] == "failed" and t["exit_code"] == 5
+        assert "output 'y''s length depends on the input data" in t["error"]
+        assert "fix its length in the export (pad or split the graph)" in t["error"] and "NonZero" in t["error"]
+
+
+def test_a_dynamically_quantized_graph_is_named_as_such_without_verbose(repo, tmp_path):
+    f = dynamic_quant(repo / "models" / "dq.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "dq", f, chips=["SM8750", "SM8650"])])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))
+    assert r.returncode == 8
+    t = _report(out)["targets"][0]
+    assert "DynamicQuantizeLinear x1 (dql)" in t["error"] and "MatMulInteger x1 (mmi)" in t["error"]
+    assert "start from the float model and use precision w8a16 or int8" in t["error"]
+    assert t["diagnosis"]["ops"] == {"DynamicQuantizeLinear": 1, "MatMulInteger": 1}
+    # quiet by default: the QNN library's banner and the EP's log lines are not on the terminal
+    assert "LIBNATIVE" not in r.stdout + r.stderr and "[E:onnxruntime" not in r.stdout + r.stderr
+
+
+def test_a_runtime_clip_is_explained_and_the_declared_fix_builds_it(repo, tmp_path):
+    f = runtime_clip(repo / "models" / "clip.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "clip", f, chips=["SM8750"])])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))
+    assert r.returncode == 8
+    err = _report(out)["targets"][0]["error"]
+    assert "Clip x1 (clip_rt)" in err and "min is computed at run time" in err and "max is infinite" in err
+    assert "clip-to-max-min" in err
+    fixed = path_model(repo, "clip", f, chips=["SM8750"],
+                       graphs=[{"name": "main", "file": "clip.onnx", "fixes": ["clip-to-max-min"]}])
+    matrix = write_matrix(repo, [fixed])
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = _report(out)
+    assert any("clip-to-max-min: 1 Clip" in n for n in rep["prepared"][0]["notes"])
+    t = rep["targets"][0]
+    assert t["status"] == "ok" and t["placement"]["cpu_nodes"] == 0 and "Clip" not in t["placement"]["ops"]
+
+
+def test_inspect_suggests_an_entry_plan_accepts_and_names_what_htp_rejects(repo, tmp_path):
+    emb = models.embedding(repo / "models" / "Token Embed.onnx")  # int64 ids [1, seq]
+    r = run_cli("inspect", str(emb), "--soc", "SM8750", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    entry = rep["suggested_graph"]
+    assert entry["inputs"]["ids"] == {"shape": [1, 16], "dtype": "int32"}
+    assert rep["htp"][0]["ok"] is True and rep["ops"] == {"Gather": 1, "ReduceMean": 1}
+    matrix = write_matrix(repo, [path_model(repo, "emb", emb, graphs=[entry], chips=["SM8750"])])
+    r = run_cli("plan", "--matrix", str(matrix))
+    assert r.returncode == 0 and "emb.token-embed.sm8750.fp16" in r.stdout, r.stderr
+    bad = dynamic_quant(repo / "models" / "dq.onnx")
+    r = run_cli("inspect", str(bad), "--soc", "SM8750", "--soc", "SM8350")
+    assert r.returncode == 0, r.stderr
+    assert "HTP rejects 2 node(s)" in r.stdout and "MatMulInteger x1 (mmi)" in r.stdout
+    assert "fix: start from the float model" in r.stdout and "SM8350 (v68, no fp16)" in r.stdout
+    snippet = r.stdout.split("suggested graphs[] entry")[1].split("\n", 1)[1].split("\nSM")[0]
+    assert yaml.safe_load(snippet)[0]["file"] == "dq.onnx"
+    r = run_cli("inspect", str(repo / "nope.onnx"))
+    assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_repeated_filters_add_up_in_plan_and_build(repo, tmp_path):
+    f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(repo, [path_model(repo, "m", f, chips=["flagship", "QCS9100"])])
+    r = run_cli("plan", "--matrix", str(matrix), "--soc", "SM8550", "--soc", "SM8750", "--soc", "QCS9100", "--json")
+    assert r.returncode == 0 and {t["soc"] for t in json.loads(r.stdout)["targets"]} == {"SM8550", "SM8750",
+                                                                                         "QCS9100"}
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "--soc", "SM8550", "--soc", "SM8750",
+                env=_env(tmp_path / "c"))
+    assert r.returncode == 0 and {t["soc"] for t in _report(out)["targets"]} == {"SM8550", "SM8750"}
+    rep = _report(out)["targets"][0]
+    # where the verification inputs came from, and what the binary costs per weight
+    assert rep["verify_inputs"].startswith("generated: uniform [-1, 1)")
+    assert rep["parameters"] == 32 * 64 + 64 + 64 * 8 and rep["bytes_per_parameter"] > 0
+    assert "verified on generated inputs only: m" in r.stdout
+
+
+# -- verification, unit by unit --------------------------------------------------------------------------
+
+FP16 = Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=1e-3)
+
+
+def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees():
+    state = np.random.default_rng(0).standard_normal((2, 1, 128)).astype(np.float32) * 5
+    ref = [[state, np.array([[0.154]], np.float32)]]
+    got = [[state.copy(), np.array([[0.087]], np.float32)]]
+    with pytest.raises(Exception) as e:
+        check("t", ["state", "prob"], ref, got, FP16, 1.0)
+    assert "output 'prob'" in str(e.value) and "relative error" in str(e.value) and "0.154" in str(e.value)
+    details = e.value.details
+    assert details["worst_output"] == "prob" and details["per_output"]["state"]["failures"] == []
+    assert details["per_output"]["prob"]["relative_error"] == pytest.approx(0.435, abs=1e-3)
+
+
+def test_each_threshold_at_its_boundary_per_precision():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(1000)
+    for th in (FP16, Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3), Thresholds(min_cosine=0.95)):
+        # noise scaled so that the SNR (and with it the cosine) sits just above / just below the thresholds
+        # the SNR at which the binding threshold (cosine or SNR) is met exactly: cos = 1/sqrt(1 + 10^(-snr/10))
+        snr = max(th.min_snr_db or -99, 10 * np.log10(1 / (1 / th.min_cosine ** 2 - 1)))
+        for margin, ok in ((0.3, True), (-0.3, False)):
+            noise = rng.standard_normal(1000)
+            noise *= np.linalg.norm(x) / np.linalg.norm(noise) / 10 ** ((snr + margin) / 20)
+            got = (x + noise).astype(np.float32)
+            if ok:
+                check("t", ["y"], [[x]], [[got]], th, 1.0)
+            else:
+                with pytest.raises(Exception, match="differs from CPU"):
+                    check("t", ["y"], [[x]], [[got]], th, 1.0)
+
+
+def test_nans_never_pass_on_the_absolute_tolerance():
+    ref = np.zeros(64, np.float32)
+    got = ref.copy()
+    got[3] = np.nan
+    with pytest.raises(Exception, match="1 NaN/Inf values"):
+        check("t", ["y"], [[ref]], [[got]], FP16, 1.0)
+    got[3] = 0.0
+    check("t", ["y"], [[ref]], [[got]], FP16, 1.0)  # all zero on both: passes
+
+
+@pytest.mark.parametrize("precision,words", [("fp16", "65504"), ("w8a16", "calibrate"), ("int8", "calibrate")])
+def test_failure_hints_fit_the_precision(precision, words):
+    x = np.linspace(1, 2, 100)
+    with pytest.raises(Exception) as e:
+        check("t", ["y"], [[x]], [[x[::-1].copy()]], FP16, 1.0, precision=precision, inputs_note="generated: ...")
+    assert words in e.value.hint and "generated inputs only" in e.value.hint
+    assert ("calibrat" in e.value.hint) == (precision != "fp16")
+
+
+def test_input_ranges_shape_the_generated_inputs(repo, tmp_path):
+    from ci_tools.prepare import TensorInfo, generate_inputs, generated_inputs_note
+
+    feeds = generate_inputs([TensorInfo("pcm", [1, 400], "float32"), TensorInfo("ids", [1, 4], "int32")], 3, 0,
+                            ranges={"pcm": [-32768, 32767]})
+    assert all(np.abs(f["pcm"]).max() > 1000 for f in feeds) and all(f["ids"].max() < 16 for f in feeds)
+    assert "pcm in [-32768, 32767)" in generated_inputs_note({"pcm": [-32768, 32767]})
