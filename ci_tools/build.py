@@ -431,7 +431,8 @@ def summary(report: BuildReport) -> str:
     for r in report.records:
         cos = (r.get("parity") or {}).get("cosine")
         mark = "*" if r.get("passed_by") == "max_abs" else ""
-        rows.append((r["id"], r["status"], f"{r.get('size', 0) / 1e6:.2f} MB" if r.get("size") else "",
+        status = r["status"] + (", unverified" if r["status"] in ("ok", "cached") and not r.get("verified") else "")
+        rows.append((r["id"], status, f"{r.get('size', 0) / 1e6:.2f} MB" if r.get("size") else "",
                      f"{r.get('seconds', 0):.1f}" if r["status"] != "cached" else "-",
                      f"{cos:.6f}{mark}" if cos is not None else ""))
     text = table(["target", "status", "size", "seconds", "cosine"], rows)
@@ -442,6 +443,9 @@ def summary(report: BuildReport) -> str:
     if any(r.get("passed_by") == "max_abs" for r in report.records):
         text += ("\n* outputs near zero on the verification inputs: passed on the absolute tolerance "
                  "(max_abs), not on cosine; give real inputs with calibration.path")
+    if any(r["status"] in ("ok", "cached") and not r.get("verified") for r in report.records):
+        text += ("\nnote: unverified targets were never run on the HTP emulator (this route has none here): "
+                 "`package --require-verified` refuses them")
     generated = sorted({r["model"] for r in report.records
                         if str(r.get("verify_inputs") or "").startswith("generated")})
     if generated:

@@ -90,6 +90,8 @@ class GraphNumbers(_M):
     compile_seconds: float
     parity_vs_cpu: Parity | None
     emulator_latency_ms: float | None = Field(description="on the x86-64 HTP EMULATOR, not a device")
+    verified: bool = Field(default=False, description="false: never run on the HTP emulator (a route without "
+                           "one); its parity is unknown")
     verification: Verification | None = Field(default=None, description="what the parity was measured on")
 
 

@@ -236,6 +236,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                 emu = target.get("emulator_seconds")
                 numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
                                    "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
+                                   "verified": bool(target.get("verified")),
                                    "verification": verification(model, target)}
             names = {m[0] for m in members}
             if len(names) != len(members):

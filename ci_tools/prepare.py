@@ -391,23 +391,31 @@ def _int64_inputs_to_int32(m, graph: Graph) -> list[str]:
         m.graph.node.insert(0, helper.make_node("Cast", [inp.name], [inner], to=TensorProto.INT64,
                                                 name=f"{inp.name}__to_int64"))
         inp.type.tensor_type.elem_type = TensorProto.INT32
+        for out in m.graph.output:
+            if out.name == inp.name:
+                # the input passed straight through as an output: a graph output cannot be a graph input on
+                # HTP, and it is int32 now; an Identity gives it a tensor of its own, named <input>_out
+                out.name = f"{inp.name}_out"
+                out.type.tensor_type.elem_type = TensorProto.INT32
+                m.graph.node.append(helper.make_node("Identity", [inp.name], [out.name], name=f"{inp.name}__out"))
         changed.append(inp.name)
     return changed
 
 
-def _rename_uses(g, old: str, new: str) -> None:
+def _rename_uses(g, old: str, new: str, top: bool = True) -> None:
     for node in g.node:
         for i, name in enumerate(node.input):
             if name == old:
                 node.input[i] = new
         for attr in node.attribute:
             if attr.g is not None and attr.HasField("g"):
-                _rename_uses(attr.g, old, new)
+                _rename_uses(attr.g, old, new, top=False)
             for sub in attr.graphs:
-                _rename_uses(sub, old, new)
-    for out in g.output:
-        if out.name == old:  # an input passed straight through: keep the output name, add an Identity
-            pass
+                _rename_uses(sub, old, new, top=False)
+    if not top:  # a subgraph's (If/Loop body's) output naming the outer value reads the int64 one now
+        for out in g.output:
+            if out.name == old:
+                out.name = new
 
 
 def _simplify(m, what: str, notes: list[str]):

@@ -9,7 +9,8 @@ releases with ``Range``, the asset API URL with ``Accept: application/octet-stre
 redirect, and 401 for writes without the token. Faults can be injected per request: 500/502, 429
 and secondary-rate-limit 403 with ``retry-after`` (REFERENCE.md 7), a connection closed before any
 answer (``drop``), after storing an upload (``drop-after-store``) or after half a download's body
-(``drop-mid-body``), and a corrupted download (``corrupt``).
+(``drop-mid-body``), a corrupted download (``corrupt``), and an asset that a listing no longer shows
+after it was stored (``lose``; ``skip`` lets the first matching requests through).
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Handler(BaseHTTPRequestHandler):
         with self.st.lock:
             for f in self.st.faults:
                 if f.get("count", 1) > 0 and f["method"] == self.command and re.search(f["path"], path):
+                    if f.get("skip", 0) > 0:  # let the first `skip` matching requests through
+                        f["skip"] -= 1
+                        continue
                     f["count"] = f.get("count", 1) - 1
                     return f
         return None
@@ -214,6 +218,9 @@ class Handler(BaseHTTPRequestHandler):
                 rid = int(m[2])
                 if rid not in st.releases:
                     return self._send(404, {"message": "Not Found"})
+                if fault and fault["action"] == "lose":  # an asset GitHub stored, then lost (or a replica lags)
+                    for aid in [a for a, v in st.assets.items() if v["release"] == rid and v["name"] == fault["name"]]:
+                        del st.assets[aid]
                 return self._paginate([self._asset_json(a) for a in sorted(st.assets)
                                        if st.assets[a]["release"] == rid], query)
             m = re.fullmatch(r"/uploads/repos/([^/]+/[^/]+)/releases/(\d+)/assets", path)
