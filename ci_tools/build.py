@@ -211,7 +211,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         model_targets = [t for t in model_targets if t.graph in preps]
         for g_name, prep in preps.items():
             mine = [t for t in model_targets if t.graph == g_name]
-            rejected = None if force or from_store or precompile_only else _doctor(route, prep, mine, out, cache)
+            rejected = None if from_store or precompile_only else _doctor(route, prep, mine, out, cache)
             if rejected is not None:
                 _fail_all(mine, rejected, records, progress)
         model_targets = [t for t in model_targets if t.id not in records]

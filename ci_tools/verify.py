@@ -55,6 +55,9 @@ def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds) -> dict:
     or within the absolute tolerance ``max_abs``; NaN/Inf never pass."""
     p = compare(ref, got)
     d = {**p.as_dict(), "failures": [], "passed_by": "cosine"}
+    if p.nan_count:  # before any tolerance: NaN/Inf never pass, not even on max_abs
+        d["failures"].append(f"{p.nan_count} NaN/Inf values")
+        return d
     r = np.asarray(ref, dtype=np.float64).ravel()
     g = np.asarray(got, dtype=np.float64).ravel()
     if r.size == 1:  # a cosine of one number is its sign: judge the relative error
@@ -70,13 +73,11 @@ def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds) -> dict:
             d["failures"].append(f"SNR {p.snr_db:.1f} dB < {th.min_snr_db} dB")
     # max_abs is an absolute tolerance that suffices on its own: outputs that are almost all zero
     # (a detector's probability map on generated inputs) have no meaningful cosine or SNR.
-    if d["failures"] and th.max_abs is not None and not p.nan_count:
+    if d["failures"] and th.max_abs is not None:
         if p.max_abs <= th.max_abs:
             d.update(failures=[], passed_by="max_abs")
         else:
             d["failures"].append(f"max abs error {p.max_abs:.4g} > {th.max_abs}")
-    if p.nan_count:
-        d["failures"].insert(0, f"{p.nan_count} NaN/Inf values")
     return d
 
 

@@ -137,3 +137,28 @@ def test_an_int64_input_passed_straight_through_gets_an_identity(tmp_path):
     ids = np.array([[1, 7, 42]], dtype=np.int32)
     (out,) = run_cpu(prep.path, [{"ids": ids}])
     assert np.array_equal(out[1], ids) and np.allclose(out[0], numpy_helper.to_array(t)[ids[0]][None])
+
+
+def test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition(tmp_path):
+    """qnn_ep forbids CPU fallback: a compile that would leave a node on CPU fails."""
+    pytest.importorskip("onnxruntime_qnn")
+    from pathlib import Path
+
+    from ci_tools import qnn_ep
+
+    f = models.mlp(tmp_path / "erf.onnx", dynamic_batch=False, op="Erf")
+    with pytest.raises(CompileError, match="fallback to CPU EP has been explicitly disabled"):
+        qnn_ep.compile_context(f, tmp_path / "out", "m", qnn_ep.htp_options(69, 79, True), log=tmp_path / "c.log")
+    assert not list(Path(tmp_path / "out").glob("*.bin"))
+
+
+def test_the_target_key_changes_with_the_chip(tmp_path):
+    """Each chip's binary is cached under its own key: a build for one chip never serves another."""
+    from ci_tools.build import target_key
+    from ci_tools.plan import plan
+
+    (tmp_path / "models").mkdir()
+    loaded, _, prep = _prepared(tmp_path, models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False),
+                                chips=["SM8750", "SM8650", "QCS9100"])
+    keys = {t.soc.name: target_key(t, prep, "ort", "2.51", None) for t in plan(loaded)}
+    assert len(set(keys.values())) == 3
