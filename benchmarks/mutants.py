@@ -30,6 +30,7 @@ class Mutant:
     find: str
     replace: str
     tests: tuple[str, ...]
+    also: tuple[tuple[str, str], ...] = ()  # more (find, replace) in the same file: one guard, several sites
 
 
 MUTANTS = [
@@ -48,12 +49,20 @@ MUTANTS = [
            "    if False:  # before any tolerance",
            ("tests/test_doctor.py::test_nans_never_pass_on_the_absolute_tolerance",)),
     Mutant("verify: a small output judged on its own", "ci_tools/verify.py", "        if rel > limit:",
-           "        if False:", ("tests/test_doctor.py::test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees",)),
+           "        if False:",
+           ("tests/test_doctor.py::test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees",)),
     Mutant("publish: completeness check before leaving draft", "ci_tools/publish.py",
            "            _check_complete(gh, release, files)\n", "",
            ("tests/test_guards.py::test_publish_keeps_a_release_a_draft_when_an_asset_is_lost_before_the_final_check",)),
-    Mutant("fetch: our own '..' check", "ci_tools/extract.py", "        if \"..\" in parts:", "        if False:",
-           ("tests/test_publish_fetch.py::test_fetch_refuses_malicious_archives_with_our_own_checks",)),
+    # extract.py refuses '..' three times: by name, by resolving the member's folder through the links the
+    # archive made, and by resolving the member itself (each must stay inside the top folder); with one or
+    # two removed the others still hold, so the mutant removes all three
+    Mutant("fetch: our own '..' refusal (by name, resolved folder, resolved member)", "ci_tools/extract.py",
+           "        if \"..\" in parts:", "        if False:",
+           ("tests/test_publish_fetch.py::test_fetch_refuses_malicious_archives_with_our_own_checks",),
+           also=(("        if not self.inside(parent) and len(parts) > 1:", "        if False:"),
+                 ("            if not self.inside(where):\n                raise self.refuse(f\"member {name!r} points",
+                  "            if False:\n                raise self.refuse(f\"member {name!r} points"))),
     Mutant("fetch: archive sha256", "ci_tools/download.py", "        if got == sha256:", "        if True:",
            ("tests/test_publish_fetch.py::test_fetch_resolves_alias_resumes_and_checks_sha",)),
     Mutant("package: whole SDK version vs qnn-libs", "ci_tools/package.py",
@@ -64,10 +73,11 @@ MUTANTS = [
            "if (got[\"htp_arch\"], got[\"soc_model\"]) != (soc.htp_arch, soc.soc_model):", "if False:",
            ("tests/test_package.py::test_gate_refuses_binary_for_another_chip",)),
     Mutant("package: --require-verified", "ci_tools/package.py", "if require_verified and unverified:",
-           "if False:", ("tests/test_guards.py::test_unverified_targets_are_said_so_and_refused_with_require_verified",)),
-    Mutant("sources: sha256 pin", "ci_tools/sources.py", "        if got != sha:\n            raise SourceError(f\"{what}: sha256",
-           "        if False:\n            raise SourceError(f\"{what}: sha256",
-           ("tests/test_sources.py",)),
+           "if False:",
+           ("tests/test_guards.py::test_unverified_targets_are_said_so_and_refused_with_require_verified",)),
+    Mutant("sources: sha256 pin", "ci_tools/sources.py",
+           "        if got != sha:\n            raise SourceError(f\"{what}: sha256",
+           "        if False:\n            raise SourceError(f\"{what}: sha256", ("tests/test_sources.py",)),
     Mutant("compile: no CPU fallback", "ci_tools/qnn_ep.py",
            "        so.add_session_config_entry(\"session.disable_cpu_ep_fallback\", \"1\")", "        pass",
            ("tests/test_guards.py::test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition",)),
@@ -76,9 +86,8 @@ MUTANTS = [
            ("tests/test_guards.py::test_the_target_key_changes_with_the_chip",)),
     Mutant("render --check", "ci_tools/cli.py", "        if diffs or orphans:", "        if False:",
            ("tests/test_render.py::test_check_fails_with_diff_when_stale",)),
-    Mutant("plan: fp16 refused on a chip without it", "ci_tools/matrix.py",
-           "if \"fp16\" in model.precisions and not soc.fp16", "if False and \"fp16\" in model.precisions",
-           ("tests/test_matrix.py",)),
+    Mutant("chip gate: fp16 refused on a chip without it", "ci_tools/matrix.py",
+           "    if soc.fp16 is False:\n", "    if False:\n", ("tests/test_matrix.py", "tests/test_plan.py")),
     Mutant("sdk: zip member with '..'", "ci_tools/sdk.py", "    if \"..\" in Path(name).parts:", "    if False:",
            ("tests/test_sdk.py::test_malicious_zip_is_refused_and_leaves_nothing",)),
     Mutant("image: refuses an unpinned SDK", "ci_tools/image.py", "    if missing:\n        raise ConfigError",
@@ -101,9 +110,11 @@ def run(m: Mutant, keep: bool) -> tuple[str, float, str]:
             os.symlink(REPO.parent / "shared", tmp / "shared")
         target = root / m.file
         text = target.read_text()
-        if text.count(m.find) != 1:
-            return "guard not found", 0.0, f"{m.file}: the guarded text occurs {text.count(m.find)} times"
-        target.write_text(text.replace(m.find, m.replace))
+        for find, replace in ((m.find, m.replace), *m.also):
+            if text.count(find) != 1:
+                return "guard not found", 0.0, f"{m.file}: the guarded text occurs {text.count(find)} times"
+            text = text.replace(find, replace)
+        target.write_text(text)
         start = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *m.tests],
                            cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})

@@ -177,10 +177,11 @@ def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees(
 def test_each_threshold_at_its_boundary_per_precision():
     rng = np.random.default_rng(1)
     x = rng.standard_normal(1000)
-    for th in (FP16, Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3), Thresholds(min_cosine=0.95)):
+    for th in (FP16, Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3), Thresholds(min_cosine=0.95),
+               Thresholds(min_snr_db=30.0), Thresholds(min_cosine=0.9, min_snr_db=25.0)):  # SNR binding
         # noise scaled so that the SNR (and with it the cosine) sits just above / just below the thresholds
         # the SNR at which the binding threshold (cosine or SNR) is met exactly: cos = 1/sqrt(1 + 10^(-snr/10))
-        snr = max(th.min_snr_db or -99, 10 * np.log10(1 / (1 / th.min_cosine ** 2 - 1)))
+        snr = max(th.min_snr_db or -99, 10 * np.log10(1 / (1 / th.min_cosine ** 2 - 1)) if th.min_cosine else -99)
         for margin, ok in ((0.3, True), (-0.3, False)):
             noise = rng.standard_normal(1000)
             noise *= np.linalg.norm(x) / np.linalg.norm(noise) / 10 ** ((snr + margin) / 20)
