@@ -46,7 +46,7 @@ class ModelInfo(_M):
     name: str
     description: str
     license: str
-    source_kind: Literal["hf", "url", "path", "pip"]
+    source_kind: Literal["hf", "url", "path", "pip", "parts"]
     repo: str | None = Field(description="HF repo, PyPI package, URL or repo path")
     revision: str | None = Field(description="commit / package version the source is pinned to")
     source_sha256: dict[str, str]

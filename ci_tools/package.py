@@ -20,7 +20,7 @@ from . import __version__, qnn_ep
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
 from .errors import PackageError
-from .matrix import HfSource, LoadedMatrix, Model, PathSource, PipSource, UrlSource, load_matrix
+from .matrix import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from .metadata import METADATA_VERSION, Metadata
 from .prepare import Prepared, generate_inputs, run_cpu
 from .qnn_libs import build_qnn_libs
@@ -87,17 +87,24 @@ def _git_commit() -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
+def _repo_revision(src) -> tuple[str, str | None]:
+    if isinstance(src, HfSource):
+        return src.repo, src.revision
+    if isinstance(src, PipSource):
+        name, version = src.package.split("==")
+        return name, version
+    if isinstance(src, UrlSource):
+        return src.url, None
+    if isinstance(src, PartsSource):
+        pins = [_repo_revision(s) for s in src.sources]
+        return " + ".join(r for r, _ in pins), " + ".join(v or "-" for _, v in pins)
+    assert isinstance(src, PathSource)
+    return src.path, _git_commit()
+
+
 def _source_info(model: Model, prepared: list[Prepared]) -> dict:
     src = model.source
-    if isinstance(src, HfSource):
-        repo, rev = src.repo, src.revision
-    elif isinstance(src, PipSource):
-        repo, rev = src.package.split("==")
-    elif isinstance(src, UrlSource):
-        repo, rev = src.url, None
-    else:
-        assert isinstance(src, PathSource)
-        repo, rev = src.path, _git_commit()
+    repo, rev = _repo_revision(src)
     return {"name": model.name, "description": model.description, "license": model.license,
             "source_kind": src.kind, "repo": repo, "revision": rev,
             "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
