@@ -149,7 +149,7 @@ class PartsSource(_Frozen):
     kind: Literal["parts"]
     sources: list[PinnedSource] = Field(min_length=1, description="pinned sources (each file pinned by sha256)")
     join: dict[str, Join] = Field(
-        min_length=1, description="file name -> the concatenation of files of the sources (a model split across "
+        default={}, description="file name -> the concatenation of files of the sources (a model split across "
         "packages to stay under a registry's size limit); the joined file is pinned too")
 
     def file_names(self) -> list[str]:
@@ -186,6 +186,7 @@ class TranscriptVerify(_Frozen):
         default={}, description="largest word error rate of the emulator transcript against the CPU transcript "
         "(default fp16 0, w8a16 0.1, int8 0.25)")
     language: str = Field(default="en", pattern=r"^[a-z]{2,3}$")
+    max_tokens: int = Field(default=128, ge=1, le=440, description="tokens a clip's transcript may have")
 
 
 class Model(_Frozen):

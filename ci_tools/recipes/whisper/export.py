@@ -109,18 +109,79 @@ def export(src: Path, out: Path, gelu: str = "erf", language: str = "en") -> dic
     return config
 
 
+def check_against_ctranslate2(src: Path, out: Path, clips_file: Path, language: str = "en") -> dict:
+    """Transcribe the clips with CTranslate2 (faster-whisper's engine) from the checkpoint itself and with the
+    exported graphs on CPU: an independent implementation. Writes ``export_check.json``; any difference fails."""
+    from .check import load_clips
+    from .runtime import Whisper, log_mel, read_wav
+
+    ck_format = "ctranslate2" if (src / "model.bin").is_file() else "safetensors"
+    result: dict = {"tool": None, "clips": [], "equal": 0, "total": 0}
+    try:
+        import ctranslate2
+    except ImportError:
+        ctranslate2 = None
+    skipped = None
+    if ck_format != "ctranslate2":
+        skipped = "no independent Whisper implementation reads safetensors without PyTorch"
+    elif ctranslate2 is None:
+        skipped = "ctranslate2 is not installed (pip install ctranslate2)"
+    elif not any((src / f"vocabulary.{x}").is_file() for x in ("txt", "json")):
+        skipped = "ctranslate2 needs the checkpoint's vocabulary.txt beside model.bin"
+    if skipped:
+        result["skipped"] = skipped
+        write_json(out / "export_check.json", result)
+        return result
+    clips = load_clips(clips_file.parent, clips_file.name)
+    ours = Whisper(out, device="cpu", language=language)
+    try:
+        theirs = ctranslate2.models.Whisper(str(src), device="cpu", compute_type="float32")
+    except (RuntimeError, ValueError) as e:
+        raise CheckpointError(f"{src}: CTranslate2 cannot load it: {str(e).splitlines()[0][:200]}") from None
+    for clip in clips:
+        audio = read_wav(clip.path)
+        mel = log_mel(audio, ours.filters)
+        # as faster-whisper decodes greedily: the same prompt, suppressed tokens and blank suppression
+        r = theirs.generate(ctranslate2.StorageView.from_array(mel), [ours.prompt], beam_size=1,
+                            max_length=ours.config["dims"]["n_text_ctx"], suppress_blank=True,
+                            suppress_tokens=[int(i) for i in np.flatnonzero(ours.suppress)])
+        text = ours.tokenizer.decode(r[0].sequences_ids[0], skip_special_tokens=True).strip()
+        got = ours.transcribe(audio).text
+        result["clips"].append({"file": clip.name, "ctranslate2": text, "export": got, "equal": text == got})
+    result.update({"tool": f"ctranslate2 {ctranslate2.__version__}", "total": len(clips),
+                   "equal": sum(c["equal"] for c in result["clips"])})
+    write_json(out / "export_check.json", result)
+    bad = [c for c in result["clips"] if not c["equal"]]
+    if bad:
+        from ...errors import VerifyError
+
+        raise VerifyError(f"the exported graphs transcribe {len(bad)} of {len(clips)} clips differently from "
+                          f"CTranslate2: {bad[0]['file']}: {bad[0]['export'][:80]!r} vs {bad[0]['ctranslate2'][:80]!r}",
+                          hint="the export's maths differ from the checkpoint's: see export_check.json")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ci_tools.recipes.whisper.export", description=__doc__.splitlines()[0])
     p.add_argument("src", type=Path, help="CTranslate2 (faster-whisper) or Hugging Face Whisper folder")
     p.add_argument("out", type=Path)
     p.add_argument("--gelu", choices=graphs.GELUS, default="erf")
     p.add_argument("--language", default="en")
+    p.add_argument("--check-clips", type=Path, metavar="CLIPS_YAML",
+                   help="transcribe these clips with CTranslate2 too (when installed): the texts must be equal")
     args = p.parse_args(argv)
     try:
         config = export(args.src, args.out, gelu=args.gelu, language=args.language)
+        if args.check_clips:
+            c = check_against_ctranslate2(args.src, args.out, args.check_clips, args.language)
+            said = c.get("skipped") or f"{c['equal']}/{c['total']} clips transcribed as {c['tool']} does"
+            print(f"export check: {said}")
     except QnnReleaseError as e:
         print(f"whisper export: error: {e}", file=sys.stderr)
         return e.exit_code
+    except Exception as e:  # a bug: still one line (the build shows the last line of the log)
+        print(f"whisper export: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300]}", file=sys.stderr)
+        return 70
     d = config["dims"]
     print(f"exported Whisper ({config['checkpoint']}, d_model {d['d_model']}, {d['encoder_layers']}+"
           f"{d['decoder_layers']} layers, vocab {d['n_vocab']}) to {args.out}")

@@ -220,9 +220,10 @@ def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
         x = g.op("Add", [x, o], f"{p}/cross_attn_residual")
         x = g.mlp(x, w, p)
     x = g.layer_norm(x, w, "decoder.layer_norm")
-    flat = g.op("Reshape", [x, g.shape("decoder/flat/shape", [1, m])], "decoder/flat")
-    # the output projection is tied to the token embedding: Gemm(transB) reads the same initializer
-    logits = g.op("Gemm", [flat, embed], "decoder/project", transB=1)
+    # The output projection is tied to the token embedding, but reads a transposed copy: a Gemm(transB)
+    # sharing the Gather's initializer compiles in fp16, and in a QDQ (w8a16) graph HTP rejects it
+    # together with the shared weight's duplicated DequantizeLinear. QNN keeps two copies anyway.
+    logits = g.linear(x, w["decoder.embed_tokens.weight"], None, "decoder.proj_out")
     g.op("Reshape", [logits, g.shape("decoder/logits/shape", [1, 1, d.n_vocab])], "logits")
     g.op("Concat", new_k, "new_self_k_cache", axis=0)
     g.op("Concat", new_v, "new_self_v_cache", axis=0)

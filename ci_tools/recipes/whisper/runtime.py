@@ -206,8 +206,8 @@ class Whisper:
         shape = (d["decoder_layers"], 1, n_ctx, d["d_model"])
         k_cache, v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
         tokens, steps = list(self.prompt), []
-        # CTranslate2's max_length: prompt and generated tokens together, at most n_text_ctx
-        limit = min(n_ctx, len(self.prompt) + (max_tokens if max_tokens is not None else n_ctx))
+        # at most n_text_ctx // 2 new tokens, as openai-whisper (sample_len) and CTranslate2 decode
+        limit = len(self.prompt) + min(n_ctx // 2, max_tokens if max_tokens is not None else n_ctx)
         offset = 0
         while len(tokens) < limit:
             feed = {"tokens": np.array([[tokens[offset]]], np.int32), "self_k_cache": k_cache,
