@@ -227,7 +227,7 @@ def _tiny_matrix(repo: Path, root: Path, max_tokens: int = 6) -> Path:
                  {"kind": "path", "path": f"ckpt/{n}", "sha256": sha256_file(repo / "ckpt" / n)}
                  for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")]},
              "export": {"command": ["python", "-m", "ci_tools.recipes.whisper.export", "{src}", "{out}",
-                                    "--check-clips", "clips/clips.yaml"],
+                                    "--check-clips", "clips/clips.yaml", "--check-max-tokens", "32"],
                         "outputs": ["encoder.onnx", "decoder.onnx", "whisper.json", "export_check.json"]},
              "graphs": [{"name": "encoder", "file": "encoder.onnx"}, {"name": "decoder", "file": "decoder.onnx"}],
              "precisions": ["fp16", "w8a16"], "calibration": {"samples": 4}, "chips": ["SM8750"],
@@ -288,7 +288,8 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     run = subprocess.run([sys.executable, "-I", "transcribe.py", "sample/compile.wav"], cwd=top, env=env_clean,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split(": ", 1)[1].rstrip("\n") == (top / "sample" / "compile.txt").read_text().rstrip("\n")
+    said = run.stdout.split("\n", 1)[0].split(": ", 1)[1]  # (the QNN library prints a notice after it)
+    assert said == (top / "sample" / "compile.txt").read_text().rstrip("\n")
 
 
 @pytest.mark.emulator

@@ -109,7 +109,8 @@ def export(src: Path, out: Path, gelu: str = "erf", language: str = "en") -> dic
     return config
 
 
-def check_against_ctranslate2(src: Path, out: Path, clips_file: Path, language: str = "en") -> dict:
+def check_against_ctranslate2(src: Path, out: Path, clips_file: Path, language: str = "en",
+                              max_tokens: int | None = None) -> dict:
     """Transcribe the clips with CTranslate2 (faster-whisper's engine) from the checkpoint itself and with the
     exported graphs on CPU: an independent implementation. Writes ``export_check.json``; any difference fails."""
     from .check import load_clips
@@ -145,8 +146,8 @@ def check_against_ctranslate2(src: Path, out: Path, clips_file: Path, language: 
         r = theirs.generate(ctranslate2.StorageView.from_array(mel), [ours.prompt], beam_size=1,
                             max_length=ours.config["dims"]["n_text_ctx"], suppress_blank=True,
                             suppress_tokens=[int(i) for i in np.flatnonzero(ours.suppress)])
-        text = ours.tokenizer.decode(r[0].sequences_ids[0], skip_special_tokens=True).strip()
-        got = ours.transcribe(audio).text
+        text = ours.tokenizer.decode(r[0].sequences_ids[0][:max_tokens], skip_special_tokens=True).strip()
+        got = ours.transcribe(audio, max_tokens=max_tokens).text
         result["clips"].append({"file": clip.name, "ctranslate2": text, "export": got, "equal": text == got})
     result.update({"tool": f"ctranslate2 {ctranslate2.__version__}", "total": len(clips),
                    "equal": sum(c["equal"] for c in result["clips"])})
@@ -169,11 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--language", default="en")
     p.add_argument("--check-clips", type=Path, metavar="CLIPS_YAML",
                    help="transcribe these clips with CTranslate2 too (when installed): the texts must be equal")
+    p.add_argument("--check-max-tokens", type=int, default=None, metavar="N",
+                   help="compare the first N tokens (default: whole transcripts, at most n_text_ctx / 2)")
     args = p.parse_args(argv)
     try:
         config = export(args.src, args.out, gelu=args.gelu, language=args.language)
         if args.check_clips:
-            c = check_against_ctranslate2(args.src, args.out, args.check_clips, args.language)
+            c = check_against_ctranslate2(args.src, args.out, args.check_clips, args.language, args.check_max_tokens)
             said = c.get("skipped") or f"{c['equal']}/{c['total']} clips transcribed as {c['tool']} does"
             print(f"export check: {said}")
     except QnnReleaseError as e:

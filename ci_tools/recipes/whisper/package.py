@@ -23,6 +23,7 @@ def archive_extras(report: dict, model, soc, records: list[dict], top: str,
     export = Path(export)
     config = json.loads((export / "whisper.json").read_text())
     config["chip"] = {"name": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch}
+    config["max_tokens"] = model.verify.max_tokens  # as the sample transcript was made
     members: list[tuple[str, Path | bytes]] = [(f"{top}/{f}", export / f) for f in FILES]
     members += [(f"{top}/whisper.json", (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
                 (f"{top}/transcribe.py", Path(runtime.__file__).read_bytes())]

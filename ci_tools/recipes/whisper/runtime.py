@@ -207,7 +207,9 @@ class Whisper:
         k_cache, v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
         tokens, steps = list(self.prompt), []
         # at most n_text_ctx // 2 new tokens, as openai-whisper (sample_len) and CTranslate2 decode
-        limit = len(self.prompt) + min(n_ctx // 2, max_tokens if max_tokens is not None else n_ctx)
+        if max_tokens is None:
+            max_tokens = self.config.get("max_tokens") or n_ctx
+        limit = len(self.prompt) + min(n_ctx // 2, max_tokens)
         offset = 0
         while len(tokens) < limit:
             feed = {"tokens": np.array([[tokens[offset]]], np.int32), "self_k_cache": k_cache,
