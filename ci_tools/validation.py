@@ -70,7 +70,7 @@ def data_path(data: Any, loc: Loc) -> Loc:
 # regex -> what a human calls it; modules with patterned fields register theirs here
 PATTERN_HINTS: dict[str, str] = {}
 
-_TAGS = {"hf", "url", "path", "pip", "function-after", "function-before"}
+_TAGS = {"hf", "url", "path", "pip", "parts", "transcript", "function-after", "function-before"}
 
 
 def dotted_path(loc: Loc) -> str:

