@@ -222,7 +222,12 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         model_targets = [t for t in model_targets if t.graph in preps]
         for g_name, prep in preps.items():
             mine = [t for t in model_targets if t.graph == g_name]
-            rejected = None if from_store or precompile_only else _doctor(route, prep, mine, out, cache)
+            try:
+                rejected = None if from_store or precompile_only else _doctor(route, prep, mine, out, cache)
+            except Exception as e:  # the check is a help: its own failure leaves the per-chip compiles to report
+                rejected = None
+                if os.environ.get("QNN_RELEASE_VERBOSE"):
+                    print(f"the trial compile of {m.name}/{g_name} failed: {type(e).__name__}: {e}", file=sys.stderr)
             if rejected is not None:
                 _fail_all(mine, rejected, records, progress)
         model_targets = [t for t in model_targets if t.id not in records]
@@ -379,10 +384,12 @@ def _doctor(route, prep: Prepared, targets: list[Target], out: Path, cache: Path
     capable chip among the targets names every node HTP rejects. A rejection then fails the graph's
     targets once, with its cause, instead of once per chip. Routes without a trial skip this."""
     trial = getattr(route, "doctor", None)
-    fp16 = [t for t in targets if t.precision == "fp16"]
-    if trial is None or not fp16:
+    # the trial compiles the float graph in fp16: on the most capable target chip that has fp16 (the ops
+    # HTP rejects are the same for the quantized precisions: a rejected op fails them once too)
+    capable = [t for t in targets if t.soc.fp16]
+    if trial is None or not capable:
         return None
-    t = max(fp16, key=lambda x: (x.soc.htp_arch, x.soc.soc_model))
+    t = max(capable, key=lambda x: (x.soc.htp_arch, x.soc.soc_model))
     diagnosis = trial(prep, t.soc)
     if diagnosis is None or not diagnosis.rejected:
         return None

@@ -16,7 +16,8 @@ from pathlib import Path
 # op type -> (why HTP rejects it, what to do). Groups share one explanation.
 _DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
                   "which HTP does not run",
-                  "start from the float model and use precision w8a16 or int8: QNN quantizes it statically")
+                  "start from the float model (export it without dynamic quantization) and use precision w8a16 "
+                  "or int8: qnn-release quantizes it statically")
 _CONTROL_FLOW = ("control flow decided by the data: HTP runs one static graph, with no If/Loop/Scan",
                  "fold the branch with graphs[].constants when the condition is fixed, or split the graph there")
 _DATA_SIZED = ("its output size depends on the input values; HTP needs every shape fixed before it runs",
@@ -89,6 +90,13 @@ def unsupported_from_log(text: str) -> list[tuple[str, str]]:
     return [(op, name) for name, op in seen.items()]
 
 
+def _named_in_error(message: str) -> list[tuple[str, str]]:
+    """onnxruntime's graph errors name the node: ``In Node, ("If_32", If, "", -1)``; only ops HTP is known
+    not to run are taken from there (the error may be about anything)."""
+    found = re.findall(r'In Node, \("([^"]*)", (\w+),', message)
+    return [(op, name) for name, op in found if op in CAUSES]
+
+
 def diagnose(model: Path, rejected: list[tuple[str, str]]) -> Diagnosis:
     """Count ``rejected`` per op type and sharpen the reason where the graph tells more (a Clip whose
     bounds are computed at run time or infinite)."""
@@ -148,7 +156,15 @@ def trial_compile(model: Path, soc_model: int, htp_arch: int, fp16: bool = True)
         try:
             ctx, _ = qnn_ep.compile_context(model, Path(tmp), "trial", options, allow_cpu_fallback=True, log=log)
         except CompileError as e:
-            return diagnose(model, e.rejected) if e.rejected else None
+            # a graph ONNX Runtime cannot even partition (a data-dependent If reading outer values ends in
+            # INVALID_GRAPH "... of node: []"): with fallback disabled the EP's log names what it refuses
+            rejected = e.rejected or _named_in_error(e.message)
+            if not rejected:
+                try:
+                    qnn_ep.compile_context(model, Path(tmp) / "strict", "trial", options, log=log)
+                except CompileError as strict:
+                    rejected = strict.rejected or _named_in_error(strict.message)
+            return diagnose(model, rejected) if rejected else None
         on_cpu = [(n.op_type, n.name or n.output[0]) for n in onnx.load(str(ctx), load_external_data=False).graph.node
                   if n.op_type != "EPContext"]
         named = unsupported_from_log(log.read_text(errors="replace"))

@@ -61,6 +61,11 @@ class GraphInfo(_M):
     binary: str
     size: int
     sha256: str
+    prepare_notes: list[str] = Field(default=[], description="what prepare did to the source graph: folded "
+                                     "constants, declared fixes (graphs[].fixes), int64 inputs made int32 ...")
+    parameters: int | None = Field(default=None, description="weight values in the prepared graph")
+    source_parameters: int | None = Field(default=None, description="weight values in the source graph (a "
+                                          "prepared graph may hold more: a folded transpose of a shared weight)")
 
 
 class Quantization(_M):
@@ -82,6 +87,8 @@ class Verification(_M):
                                                 "or inputs generated from a seed")
     source: str | None = Field(description="the folder of real inputs (relative to the matrix), or the seed")
     samples: int | None = Field(description="how many inputs the binary was run on")
+    description: str | None = Field(default=None, description="how the inputs were made: the generator and the "
+                                    "value range of each input, or the samples' folder")
     passed_by: Literal["cosine", "max_abs"] | None = Field(
         default=None, description="max_abs: outputs near zero passed on the absolute tolerance, not on cosine")
 

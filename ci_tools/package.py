@@ -236,7 +236,9 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                             (f"{stem}/{binary.name}", binary)]
                 if model.verify is None:  # a speech model ships a clip instead (below)
                     members += _sample_members(stem, prep, model.calibration.seed)
-                graphs.append({"name": g.name, "prepared_sha256": prep.sha256,
+                graphs.append({"name": g.name, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
+                               "parameters": prep.parameters or None,
+                               "source_parameters": prep.source_parameters or None,
                                "inputs": [t.__dict__ for t in prep.inputs],
                                "outputs": [t.__dict__ for t in prep.outputs],
                                "context_onnx": target["context_onnx"], "binary": binary.name,
@@ -340,6 +342,7 @@ def verification(model: Model, target: dict) -> dict | None:
                 "passed_by": None}
     real = model.calibration.path
     return {"inputs": "real" if real else "generated", "source": real or f"seed {model.calibration.seed}",
+            "description": target.get("verify_inputs"),
             "samples": target.get("verify_samples"), "passed_by": target.get("passed_by")}
 
 

@@ -49,6 +49,7 @@ class Prepared:
     input_ranges: dict[str, list[float]] = field(default_factory=dict)  # graphs[].inputs[].range
     op_counts: dict[str, int] = field(default_factory=dict)  # the prepared graph's op histogram
     parameters: int = 0  # weight values (initializer elements): bytes per parameter of a binary
+    source_parameters: int = 0  # the same in the source graph (unique initializers)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -106,6 +107,7 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
         raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: "
                            f"{str(e).splitlines()[0][:200]}") from None
     notes: list[str] = []
+    source_parameters = _parameters(m)
     _fold_constants(m, graph, what)
     _apply_fixes(m, graph, notes)
     _fix_shapes(m, graph, what)
@@ -113,7 +115,11 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
     cast_inputs = _int64_inputs_to_int32(m, graph)
     if cast_inputs:
         notes.append(f"int64 inputs now int32 (Cast inside the graph): {', '.join(cast_inputs)}")
-    m = _simplify(m, what, notes)
+    m = _simplify(m, what, notes, work / model.name / graph.name)
+    if _parameters(m) > 1.05 * source_parameters > 0:
+        notes.append(f"the prepared graph holds {_parameters(m):,} weight values, the source {source_parameters:,}: "
+                     "constant folding made copies (e.g. a transpose of a weight shared by two ops); the binary "
+                     "grows with them")
     if m.ByteSize() < EXTERNAL_DATA_ABOVE:
         _pin_output_shapes(m, what, notes, seed)
     inputs, outputs = _static_io(m, what)
@@ -137,7 +143,8 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
         prepared = Prepared(model=model.name, graph=graph.name, path=final / "graph.onnx",
                             sha256=sha256_file(out), source_sha256=source_sha, inputs=inputs, outputs=outputs,
                             parity=parity.as_dict(), seconds=round(time.monotonic() - start, 3), notes=notes,
-                            input_ranges=ranges, op_counts=_op_counts(m), parameters=_parameters(m))
+                            input_ranges=ranges, op_counts=_op_counts(m), parameters=_parameters(m),
+                            source_parameters=source_parameters)
         write_json(tmp / "prepared.json", prepared.as_dict())
         if final.exists():
             shutil.rmtree(final)
@@ -418,7 +425,7 @@ def _rename_uses(g, old: str, new: str, top: bool = True) -> None:
                 out.name = new
 
 
-def _simplify(m, what: str, notes: list[str]):
+def _simplify(m, what: str, notes: list[str], logs: Path | None = None):
     if m.ByteSize() > EXTERNAL_DATA_ABOVE:
         notes.append("onnxsim skipped: the graph is over 2 GB")
         return m
@@ -426,7 +433,9 @@ def _simplify(m, what: str, notes: list[str]):
 
     from .quiet import captured
 
-    log = Path(tempfile.gettempdir()) / f"qnn-release-onnxsim-{os.getpid()}.log"
+    logs = logs or Path(tempfile.gettempdir())
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / "onnxsim.log"  # what onnxsim prints, beside the graph's prepared versions
     try:
         with captured(log):
             simplified, ok = onnxsim.simplify(m)

@@ -132,6 +132,10 @@ def run_target(spec: TargetSpec) -> dict:
                           "ops": spec.prepared.op_counts},
             "parameters": spec.prepared.parameters,
             "bytes_per_parameter": round(size / spec.prepared.parameters, 3) if spec.prepared.parameters else None,
+            # per weight of the SOURCE graph: fp16 ~2, w8a16 ~1; more means a copy of weights (see prepare notes)
+            "source_parameters": spec.prepared.source_parameters,
+            "bytes_per_source_parameter": round(size / spec.prepared.source_parameters, 3)
+            if spec.prepared.source_parameters else None,
             "verify_inputs": inputs_note,
             "calibration_sha256": spec.calibration_hash,
             "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),

@@ -101,7 +101,10 @@ def release_run(tmp_path):
     assert r.returncode == 0, r.stderr
     sdk = make_fake_sdk(tmp_path / "sdk")
     with FakeGitHub() as gh:
+        # a tag push: the called export workflows see the caller's github.* (event push) and full: true
         runner = Runner(repo=repo, work=tmp_path / "runner", context={
+            "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
+            "github.event.repository.fork": False,
             "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
             "needs.image.outputs.pinned": f"ghcr.io/acme-labs/qnn-sdk:2.40.0.251030-0123456789ab@sha256:{'c' * 64}"},
             env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
@@ -113,6 +116,7 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     runner, wf, gh = release_run
     export, release = wf / "export-m-qnn.yaml", wf / "release.yaml"
     assert runner.job(export, "precompile"), "\n".join(runner.log)
+    assert runner.job(export, "smoke") is None  # a release compiles every chip, not the push smoke test
     chips = yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]
     assert {c["soc"] for c in chips} == {"SM8750", "SM8550"}
     first, second = chips
@@ -177,6 +181,41 @@ def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_l
     notes = runner.artifacts["qnn-release-assets"].joinpath("RELEASE_NOTES.md").read_text()
     assert "## Changes since v1.0.0" in notes and "added: m/SM8550/fp16, m/SM8750/fp16" in notes
     assert "removed: vad/SM8550/fp16, vad/SM8750/fp16" in notes
+
+
+def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
+    """In a called workflow github.* is the caller's (a release is a tag push): the `full` input decides."""
+    from tests.workflow_runner import evaluate
+
+    export = yaml.safe_load((REPO / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text())
+    smoke, compile_ = export["jobs"]["smoke"]["if"], export["jobs"]["compile"]["if"]
+    push_main = {"github.event_name": "push", "github.ref": "refs/heads/main"}
+    release = {"github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True}
+    manual = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/main"}
+    assert (evaluate(smoke, push_main), evaluate(compile_, push_main)) == (True, False)
+    assert (evaluate(smoke, release), evaluate(compile_, release)) == (False, True)
+    assert (evaluate(smoke, manual), evaluate(compile_, manual)) == (False, True)
+    rel = yaml.safe_load((REPO / ".github" / "workflows" / "release.yaml").read_text())
+    assert all(j["with"] == {"full": True} for k, j in rel["jobs"].items() if k.startswith("export-"))
+    # secrets: HF_TOKEN reaches the precompile job (and the image build's secret mount), no chip job
+    for job_id, job in export["jobs"].items():
+        env = " ".join(str(s.get("env", {})) for s in job.get("steps", []))
+        assert ("HF_TOKEN" in env) == (job_id == "precompile"), job_id
+    docker = yaml.safe_load((REPO / ".github" / "workflows" / "qnn-sdk-docker-build.yaml").read_text())
+    build = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "build")
+    assert "hf_token=${{ secrets.HF_TOKEN }}" in build["with"]["secrets"]
+    fork = {"github.event.repository.fork": True, "github.ref": "refs/heads/main"}
+    assert evaluate(build["with"]["push"], fork) is False and evaluate(build["with"]["push"], push_main) is True
+    assert evaluate(build["with"]["push"], {"github.ref": "refs/heads/feature"}) is False
+    assert docker[True]["pull_request"]["paths"] == ["Dockerfile-2.40", "matrix/models.yaml",
+                                                    ".github/workflows/qnn-sdk-docker-build.yaml"]
+    smoke_step = docker["jobs"]["image"]["steps"][-1]
+    assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
+    assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
+    bump = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump.yaml").read_text())
+    first = bump["jobs"]["check-updates"]["steps"][0]
+    assert "SDK_BUMP_TOKEN" in first["env"] and "exit 1" in first["run"]
+    assert bump["jobs"]["check-updates"]["if"] == "${{ !github.event.repository.fork }}"
 
 
 def test_image_reference_is_immutable_lower_case_and_needs_pins(tmp_path):

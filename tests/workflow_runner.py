@@ -8,7 +8,9 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   store, refusing an existing name unless ``overwrite: true`` (upload-artifact v4 answers 409 there);
 - ``actions/download-artifact`` copies one artifact (``name``) or every artifact matching
   ``pattern`` (``merge-multiple``) into ``with.path``;
-- a step's ``if:`` supports ``success()`` (the default), ``failure()`` and ``!cancelled()``;
+- a step's ``if:`` supports ``success()`` (the default), ``failure()`` and ``!cancelled()``; a job's
+  ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``) against the context: a
+  called workflow sees its CALLER's ``github.*`` and the ``inputs`` it was given, as on GitHub;
 - ``${{ ... }}`` expressions are looked up in a flat context (``matrix.soc``, ``runner.temp``,
   ``secrets.GITHUB_TOKEN``, ``needs.image.outputs.pinned`` ...); an unknown one fails the test, so a
   template that starts using a new expression must be taught here first.
@@ -42,10 +44,14 @@ class Runner:
     log: list[str] = field(default_factory=list)
     runs: int = 0
 
-    def job(self, workflow: Path, job_id: str, matrix: dict | None = None, extra_env: dict | None = None) -> bool:
-        """Run one job (one matrix entry); True when every step passed."""
+    def job(self, workflow: Path, job_id: str, matrix: dict | None = None, extra_env: dict | None = None
+            ) -> bool | None:
+        """Run one job (one matrix entry); True when every step passed, None when its ``if:`` skips it."""
         wf = yaml.safe_load(workflow.read_text())
         job = wf["jobs"][job_id]
+        if "if" in job and not evaluate(str(job["if"]), self.context):
+            self.log.append(f"{workflow.name}:{job_id}: skipped ({job['if']})")
+            return None
         self.runs += 1
         home = self.work / f"job{self.runs}-{job_id}"
         checkout, temp = home / "repo", home / "runner-temp"
@@ -171,3 +177,19 @@ def _glob(pattern: Path) -> list[str]:
     import glob
 
     return sorted(glob.glob(str(pattern), recursive=True))
+
+
+def evaluate(expr: str, context: dict[str, str | bool | None]) -> bool:
+    """A GitHub expression of the kinds the templates use, against a flat context (missing: null)."""
+    m = EXPR.fullmatch(expr.strip())
+    text = m[1] if m else expr
+
+    def value(ref: re.Match) -> str:
+        return repr(context.get(ref[0]))
+
+    text = re.sub(r"\b(?:inputs|github|steps|needs|matrix|secrets)\.[\w.-]+", value, text)
+    text = text.replace("&&", " and ").replace("||", " or ")
+    text = re.sub(r"!(?!=)", " not ", text)
+    text = text.replace("startsWith(", "_startswith(")
+    env = {"_startswith": lambda a, b: str(a or "").startswith(str(b)), "__builtins__": {}}
+    return bool(eval(text, env))  # the test's own rendered templates, with the names above only
