@@ -1,7 +1,7 @@
 """``qnn-release image``: the SDK image's immutable reference, and the pins it is built from.
 
 The tag is ``<QAIRT version>-<12 hex>``, the hex a digest of everything that goes into the
-image (the Dockerfile and the SDK pins), so a tag never names two different images and a
+image (the Dockerfile, the files it copies and the SDK pins), so a tag never names two different images and a
 release pulls exactly what its image job checked or built. The SDK is never built into an
 image before it is pinned: a matrix whose SDK ``revision`` or ``sha256`` is null is refused.
 Docker refuses capitals in image names: the owner is lower-cased.
@@ -19,6 +19,8 @@ from .errors import ConfigError
 from .matrix import LoadedMatrix, QairtSdk
 
 DOCKERFILE = "Dockerfile-2.40"
+# what the Dockerfile copies into the image besides the pins: part of the tag's digest
+IMAGE_INPUTS = ("ci_tools/qairt_zip.py",)
 OWNER_EXPR = "${{ github.repository_owner }}"
 
 
@@ -35,7 +37,8 @@ class Image:
     def outputs(self) -> list[str]:
         """``key=value`` lines for ``$GITHUB_OUTPUT``."""
         return [f"ref={self.ref}", f"name={self.name}", f"tag={self.tag}", f"version={self.sdk.version}",
-                f"revision={self.sdk.revision}", f"sha256={self.sdk.sha256}"]
+                f"hf_repo={self.sdk.hf_repo}", f"file={self.sdk.file}", f"revision={self.sdk.revision}",
+                f"sha256={self.sdk.sha256}"]
 
 
 def pinned_sdk(loaded: LoadedMatrix) -> QairtSdk:
@@ -53,7 +56,8 @@ def image(loaded: LoadedMatrix, owner: str, dockerfile: Path | None = None) -> I
     sdk = pinned_sdk(loaded)
     dockerfile = dockerfile or loaded.root / DOCKERFILE
     try:
-        recipe = dockerfile.read_bytes()
+        recipe = dockerfile.read_bytes() + b"".join((loaded.root / f).read_bytes() for f in IMAGE_INPUTS
+                                                    if (loaded.root / f).is_file())
     except OSError as e:
         raise ConfigError(f"{dockerfile}: cannot read the image recipe: {e.strerror}") from None
     if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", owner or ""):

@@ -15,19 +15,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import stat
 import time
-import zipfile
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import ConfigError, SourceError, UsageError
 from .matrix import LoadedMatrix, QairtSdk
+from .qairt_zip import MARKER
 from .report import replace_dir, staging_dir, write_json
 
-MARKER = ".qnn-release-sdk.json"
 ZIP_NAME = re.compile(r"^v(\d+\.\d+\.\d+\.\d+)\.zip$")
 NDK_VARS = ("ANDROID_NDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_NDK_LATEST_HOME")
 
@@ -113,36 +109,14 @@ def sdk_env(loaded: LoadedMatrix, version: str | None, dest: Path) -> list[str]:
 
 # -- unzip ----------------------------------------------------------------------------------------
 
-def _check_member(info: zipfile.ZipInfo, zip_name: str) -> None:
-    name = info.filename
-    mode = info.external_attr >> 16
-    if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or "\\" in name:
-        raise SourceError(f"{zip_name}: refused: member {name!r} has an absolute path")
-    if ".." in Path(name).parts:
-        raise SourceError(f"{zip_name}: refused: member {name!r} points outside the destination")
-    if stat.S_ISLNK(mode):
-        raise SourceError(f"{zip_name}: refused: member {name!r} is a symbolic link")
-
-
 def safe_unzip(zip_path: Path, dest: Path, what: str) -> None:
+    """Checked before anything is written (qairt_zip: absolute paths, '..', links leaving the tree)."""
+    from .qairt_zip import ZipRefused, unzip
+
     try:
-        with zipfile.ZipFile(zip_path) as zf:
-            infos = zf.infolist()
-            for info in infos:  # every member checked before anything is written
-                _check_member(info, what)
-            for info in infos:
-                target = dest / info.filename
-                if info.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-                if (info.external_attr >> 16) & 0o111:  # zipfile drops permissions: keep the tools executable
-                    target.chmod(0o755)
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
-        raise SourceError(f"{what}: not a readable zip file: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                          hint="the file on the Hub is damaged: check the pin") from None
+        unzip(zip_path, dest, what)
+    except ZipRefused as e:
+        raise SourceError(str(e), hint="the file on the Hub is damaged or not the SDK: check the pin") from None
     except OSError as e:
         raise SourceError(f"{what}: cannot unzip into {dest}: {e.strerror or e}",
                           hint="check free space and permissions; nothing was kept") from None

@@ -230,6 +230,11 @@ def test_image_reference_is_immutable_lower_case_and_needs_pins(tmp_path):
     (repo / "Dockerfile-2.40").write_text((repo / "Dockerfile-2.40").read_text() + "\n# changed\n")
     r2 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
     assert r2.returncode == 0 and r2.stdout.splitlines()[0] != r.stdout.splitlines()[0]
+    fetcher = repo / "ci_tools" / "qairt_zip.py"  # copied into the image by the Dockerfile
+    fetcher.write_text(fetcher.read_text() + "\n# changed\n")
+    r3 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
+    assert r3.returncode == 0 and r3.stdout.splitlines()[0] not in (r.stdout.splitlines()[0],
+                                                                   r2.stdout.splitlines()[0])
     unpinned = _repo(tmp_path / "u", pins={"revision": None, "sha256": PINS["sha256"]})
     r3 = run_cli("image", "--matrix", str(unpinned / "matrix" / "models.yaml"), "--owner", "acme")
     assert r3.returncode == 2 and "no revision pin" in r3.stderr and "sdk fetch" in r3.stderr
@@ -245,7 +250,9 @@ def test_dockerfile_refuses_an_unpinned_sdk_and_sets_the_sdk_environment():
         r = subprocess.run(["bash", "-c", guard], capture_output=True, text=True,
                            env={"QAIRT_REVISION": rev, "QAIRT_SHA256": sha, "QAIRT_VERSION": "2.40.0.251030"})
         assert r.returncode == code and (code == 0 or "sdk fetch --record" in r.stderr)
-    final = text.split("FROM ubuntu:22.04", 1)[1]
+    first, final = text.split("FROM ubuntu:22.04", 1)
+    # the SDK layer sees the pins and the stdlib-only fetcher, nothing else of the project
+    assert [ln.split()[1] for ln in first.splitlines() if ln.startswith("COPY ")] == ["ci_tools/qairt_zip.py"]
     assert "COPY ci_tools" not in final and "COPY --from=sdk /opt/qairt /opt/qairt" in final
     assert "PYTHONPATH=${QNN_SDK_ROOT}/lib/python" in final and "lib/x86_64-linux-clang" in final
     assert "check-python-dependency" in final and "check-linux-dependency.sh" in final

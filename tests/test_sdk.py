@@ -118,7 +118,7 @@ def test_wrong_pinned_sha256_is_refused(hub, tmp_path):
 
 @pytest.mark.parametrize("name,mode", [(f"qairt/{VERSION}/../../escape.txt", 0o100644),
                                        ("/etc/evil.conf", 0o100644),
-                                       (f"qairt/{VERSION}/bin/link", 0o120777)])
+                                       (f"qairt/{VERSION}/bin/link", 0o120777)])  # -> ../../../../etc/passwd
 def test_malicious_zip_is_refused_and_leaves_nothing(hub, tmp_path, name, mode):
     hub.state.add_file(REPO_ID, f"v{VERSION}.zip", sdk_zip(tmp_path, [(name, b"../../../../etc/passwd", mode)]))
     dest = tmp_path / "opt"
@@ -364,3 +364,37 @@ def test_a_dest_that_cannot_be_written_is_one_line(hub, tmp_path):
     line = one_line_error(_fetch(hub, _matrix(tmp_path), dest), 2)
     assert f"--dest {dest}" in line and dest.read_text() == "not a folder"
     assert not (tmp_path / "cache" / "downloads").exists()
+
+
+def test_a_link_that_stays_inside_the_sdk_tree_is_kept(hub, tmp_path):
+    """Whether the QAIRT zip holds links is not documented: one that stays inside is unpacked as a link."""
+    link = (f"qairt/{VERSION}/lib/x86_64-linux-clang/libQnnHtp.so.1", b"libQnnHtp.so", 0o120777)
+    hub.state.add_file(REPO_ID, f"v{VERSION}.zip", sdk_zip(tmp_path, [link]))
+    dest = tmp_path / "opt"
+    r = _fetch(hub, _matrix(tmp_path), dest)
+    assert r.returncode == 0, r.stderr
+    got = dest / "qairt" / VERSION / "lib" / "x86_64-linux-clang" / "libQnnHtp.so.1"
+    assert got.is_symlink() and os.readlink(got) == "libQnnHtp.so"
+
+
+def test_the_image_stage_fetches_with_the_standard_library_alone(hub, tmp_path):
+    """Dockerfile-2.40's first stage runs ci_tools/qairt_zip.py on its own (no toolkit installed)."""
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+
+    data = sdk_zip(tmp_path, [])
+    hub.state.add_file(REPO_ID, f"v{VERSION}.zip", data)
+    commit = hub.state.repos[REPO_ID]["commit"]
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(REPO / "ci_tools" / "qairt_zip.py", alone / "qairt_zip.py")
+    args = [sys.executable, "-I", str(alone / "qairt_zip.py"), "fetch", hub.url, REPO_ID, commit, f"v{VERSION}.zip"]
+    r = subprocess.run([*args, hashlib.sha256(data).hexdigest(), VERSION, str(tmp_path / "opt")],
+                       capture_output=True, text=True, cwd=alone)
+    assert r.returncode == 0, r.stderr
+    marker = json.loads((tmp_path / "opt" / "qairt" / VERSION / ".qnn-release-sdk.json").read_text())
+    assert marker["sha256"] == hashlib.sha256(data).hexdigest() and marker["revision"] == commit
+    r = subprocess.run([*args, "0" * 64, VERSION, str(tmp_path / "opt2")], capture_output=True, text=True, cwd=alone)
+    assert r.returncode == 4 and "does not match the pin" in r.stderr
