@@ -61,6 +61,9 @@ class GraphInfo(_M):
     binary: str
     size: int
     sha256: str
+    stub_io: dict[str, str] = Field(default={}, description="each ONNX input/output name -> the name to use with "
+                                    "the EPContext stub (they differ on the qairt route where the QNN converter "
+                                    "renamed a tensor and the stub could not keep its name)")
     prepare_notes: list[str] = Field(default=[], description="what prepare did to the source graph: folded "
                                      "constants, declared fixes (graphs[].fixes), int64 inputs made int32 ...")
     parameters: int | None = Field(default=None, description="weight values in the prepared graph")

@@ -59,6 +59,15 @@ def compiled_for(ctx: Path) -> dict:
     raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")
 
 
+def stub_io_names(ctx: Path, prep: Prepared) -> dict[str, str]:
+    """ONNX name -> the stub's name for every graph input and output (the same unless the stub says)."""
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(str(ctx), load_external_data=False).metadata_props}
+    names = json.loads(props.get("qnn_release.io_names", "{}"))
+    return {t.name: names.get(t.name, t.name) for t in [*prep.inputs, *prep.outputs]}
+
+
 def version_core(version: str | None) -> str | None:
     """``major.minor.patch.build`` of a QNN version, whatever build stamp follows (v2.40.0.251030123456_1)."""
     import re
@@ -237,6 +246,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                 if model.verify is None:  # a speech model ships a clip instead (below)
                     members += _sample_members(stem, prep, model.calibration.seed)
                 graphs.append({"name": g.name, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
+                               "stub_io": stub_io_names(out / r["id"] / target["context_onnx"], prep),
                                "parameters": prep.parameters or None,
                                "source_parameters": prep.source_parameters or None,
                                "inputs": [t.__dict__ for t in prep.inputs],

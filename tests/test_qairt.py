@@ -320,6 +320,11 @@ def test_package_of_a_qairt_build_names_assets_by_the_pinned_version_and_checks_
     names = {a["name"] for a in manifest["assets"]}
     assert names == {"m-sm8750-fp16-qnn2.40.0.251030.tar.bz2", "qnn-libs-2.40.0.251030.tar.bz2",
                      "qnn-include-2.40.0.251030.tar.bz2"}
+    import tarfile
+
+    with tarfile.open(out / "release" / "m-sm8750-fp16-qnn2.40.0.251030.tar.bz2") as tar:
+        meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
+    assert meta["graphs"][0]["stub_io"] == {"x": "x", "y": "y"}  # the names callers use with the stub
     # the same version string from another zip: refused
     other = make_fake_sdk(tmp_path / "other")
     (other / ".qnn-release-sdk.json").write_text(json.dumps({"sha256": "2" * 64, "version": other.name}))

@@ -234,7 +234,9 @@ class QairtBackend:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _input_list(self, prepared: Prepared, samples: list[dict[str, np.ndarray]], folder: Path) -> Path:
-        """Calibration files in each input's own dtype (--use_native_input_files), named by QNN tensor name."""
+        """Calibration files in each input's own dtype (--use_native_input_files), one line per sample with the
+        files in the graph's input order: the positional form sherpa-onnx's lists use (which names a named
+        ``name:=path`` list would need, source or sanitised, no source says)."""
         raw = folder / "calibration"
         raw.mkdir()
         lines = []
@@ -243,7 +245,7 @@ class QairtBackend:
             for t in prepared.inputs:
                 f = raw / f"{i}_{qnn_name(t.name)}.raw"
                 np.ascontiguousarray(sample[t.name], dtype=np.dtype(t.dtype)).tofile(f)
-                entries.append(f"{qnn_name(t.name)}:={f}")
+                entries.append(str(f))
             lines.append(" ".join(entries))
         (folder / "input_list.txt").write_text("\n".join(lines) + "\n")
         return folder / "input_list.txt"

@@ -47,7 +47,9 @@ SOURCE_FORMAT = {1: "ANY", 2: "NF", 3: "NCF", 4: "NCHW", 5: "NCDHW"}
 SPATIAL_FIRST = {"NCHW": ("NHWC", [0, 2, 3, 1]), "NCF": ("NFC", [0, 2, 1]), "TNF": ("NTF", [1, 0, 2]),
                  "NCDHW": ("NDHWC", [0, 2, 3, 4, 1])}
 LAYOUTS = ("NCDHW", "NDHWC", "NCHW", "NHWC", "NFC", "NCF", "NTF", "TNF", "NF", "NC", "F", "NONTRIVIAL")
-# [REF §4] verified with onnxruntime-qnn 2.7.0 (QNN 2.51): a GELU's Erf after conv1 stays off HTP
+# INFERRED, not from the QAIRT tools: with onnxruntime-qnn 2.7.0 (QNN 2.51) a GELU's Erf after conv1 stays off
+# HTP ([REF §4]); whether 2.40's context-binary-generator refuses it is not documented. Kept so the route's
+# handling of a refused op is exercised; a stricter model may drop it.
 HTP_UNSUPPORTED = {"Erf"}
 
 
