@@ -10,7 +10,8 @@ redirect, and 401 for writes without the token. Faults can be injected per reque
 and secondary-rate-limit 403 with ``retry-after`` (REFERENCE.md 7), a connection closed before any
 answer (``drop``), after storing an upload (``drop-after-store``) or after half a download's body
 (``drop-mid-body``), a corrupted download (``corrupt``), and an asset that a listing no longer shows
-after it was stored (``lose``; ``skip`` lets the first matching requests through).
+after it was stored (``lose``) or whose stored bytes changed (``alter``); ``skip`` lets the first
+matching requests through.
 """
 
 from __future__ import annotations
@@ -218,6 +219,10 @@ class Handler(BaseHTTPRequestHandler):
                 rid = int(m[2])
                 if rid not in st.releases:
                     return self._send(404, {"message": "Not Found"})
+                if fault and fault["action"] == "alter":  # an asset whose stored bytes are not what was sent
+                    for a in st.assets.values():
+                        if a["release"] == rid and a["name"] == fault["name"]:
+                            a["data"] = a["data"] + b"\0"
                 if fault and fault["action"] == "lose":  # an asset GitHub stored, then lost (or a replica lags)
                     for aid in [a for a, v in st.assets.items() if v["release"] == rid and v["name"] == fault["name"]]:
                         del st.assets[aid]

@@ -92,7 +92,7 @@ def test_a_dynamically_quantized_graph_is_named_as_such_without_verbose(repo, tm
     assert r.returncode == 8
     t = _report(out)["targets"][0]
     assert "DynamicQuantizeLinear x1 (dql)" in t["error"] and "MatMulInteger x1 (mmi)" in t["error"]
-    assert "start from the float model and use precision w8a16 or int8" in t["error"]
+    assert "start from the float model" in t["error"] and "use precision w8a16 or int8" in t["error"]
     assert t["diagnosis"]["ops"] == {"DynamicQuantizeLinear": 1, "MatMulInteger": 1}
     # quiet by default: the QNN library's banner and the EP's log lines are not on the terminal
     assert "LIBNATIVE" not in r.stdout + r.stderr and "[E:onnxruntime" not in r.stdout + r.stderr
@@ -177,8 +177,11 @@ def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees(
 def test_each_threshold_at_its_boundary_per_precision():
     rng = np.random.default_rng(1)
     x = rng.standard_normal(1000)
-    for th in (FP16, Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3), Thresholds(min_cosine=0.95),
-               Thresholds(min_snr_db=30.0), Thresholds(min_cosine=0.9, min_snr_db=25.0)):  # SNR binding
+    from ci_tools.matrix import Options
+    from ci_tools.verify import thresholds_for
+
+    defaults = [thresholds_for(Options(), p) for p in ("fp16", "w8a16", "int8")]  # what builds use
+    for th in (*defaults, Thresholds(min_snr_db=30.0), Thresholds(min_cosine=0.9, min_snr_db=25.0)):  # SNR binding
         # noise scaled so that the SNR (and with it the cosine) sits just above / just below the thresholds
         # the SNR at which the binding threshold (cosine or SNR) is met exactly: cos = 1/sqrt(1 + 10^(-snr/10))
         snr = max(th.min_snr_db or -99, 10 * np.log10(1 / (1 / th.min_cosine ** 2 - 1)) if th.min_cosine else -99)
@@ -219,3 +222,100 @@ def test_input_ranges_shape_the_generated_inputs(repo, tmp_path):
                             ranges={"pcm": [-32768, 32767]})
     assert all(np.abs(f["pcm"]).max() > 1000 for f in feeds) and all(f["ids"].max() < 16 for f in feeds)
     assert "pcm in [-32768, 32767)" in generated_inputs_note({"pcm": [-32768, 32767]})
+
+
+def outer_scope_if(path):
+    """An If whose branches read a value from the outer graph and whose condition comes from the data:
+    ONNX Runtime cannot even partition it for the EP (INVALID_GRAPH "... of node: []")."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 8])])
+    else_g = helper.make_graph([helper.make_node("Add", ["x", "two"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 8])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["cond"], name="gt"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g, name="If_32")]
+    g = helper.make_graph(nodes, "iff", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                           numpy_helper.from_array(np.array(2, np.float32), "two")])
+    return models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_a_data_dependent_if_is_named_once_by_build_and_by_inspect(repo, tmp_path):
+    f = outer_scope_if(repo / "models" / "iff.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "iff", f, chips=["SM8750", "SM8650"], precisions=["w8a16"])])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))
+    assert r.returncode == 8, r.stdout + r.stderr
+    for t in _report(out)["targets"]:  # w8a16 only: the trial still runs (in fp16, on an fp16-capable chip)
+        assert "If x1 (If_32)" in t["error"] and "control flow decided by the data" in t["error"]
+        assert "no chip was compiled" in t["error"]
+    r = run_cli("inspect", str(f), "--soc", "SM8750")
+    assert r.returncode == 0 and "If x1 (If_32)" in r.stdout and "graphs[].constants" in r.stdout, r.stdout
+
+
+def test_the_prepare_parity_check_and_its_per_model_threshold(repo, tmp_path, monkeypatch):
+    """prepare compares the prepared graph with the original on CPU (both at BASIC level); a preparation
+    that changed the maths fails, unless the model's prepare_min_cosine allows the difference."""
+    from ci_tools import prepare as prep_mod
+    from ci_tools.errors import PrepareError
+    from ci_tools.matrix import load_matrix
+
+    f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
+    real = prep_mod._simplify
+
+    def nudged(m, *a, **k):  # a "simplification" that changes a weight a little
+        m = real(m, *a, **k)
+        w = next(i for i in m.graph.initializer if i.name == "w2")
+        arr = numpy_helper.to_array(w).copy()
+        arr[:, 0] *= -1
+        w.CopyFrom(numpy_helper.from_array(arr, "w2"))
+        return m
+
+    monkeypatch.setattr(prep_mod, "_simplify", nudged)
+    for threshold, ok in ((0.9999, False), (0.0, True)):
+        matrix = write_matrix(repo, [path_model(repo, "m", f, chips=["SM8750"],
+                                                options={"prepare_min_cosine": threshold})])
+        model = load_matrix(matrix).matrix.model("m")
+        if ok:
+            p = prep_mod.prepare(model, model.graphs[0], repo / "models", tmp_path / f"w{threshold}", "t")
+            assert p.parity["cosine"] < 0.9999
+        else:
+            with pytest.raises(PrepareError, match=r"differs from the original on CPU .*prepare_min_cosine"):
+                prep_mod.prepare(model, model.graphs[0], repo / "models", tmp_path / f"w{threshold}", "t")
+
+
+def test_a_weight_copied_by_preparation_shows_in_the_parameters(repo, tmp_path):
+    """A table shared by Gather and a transposed MatMul: constant folding makes a second copy, which the
+    binary carries too: prepare says so, and the report counts bytes per SOURCE parameter."""
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32), "W")
+    nodes = [helper.make_node("Gather", ["W", "ids"], ["e"], name="embed"),
+             helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0], name="tied"),
+             helper.make_node("MatMul", ["e", "Wt"], ["logits"], name="project")]
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("ids", TensorProto.INT32, [1, 4])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4, 256])], [table])
+    f = models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), repo / "models" / "tied.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "tied", f, chips=["SM8750"])])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = _report(out)
+    t = rep["targets"][0]
+    assert t["source_parameters"] == 256 * 64 and t["parameters"] == 2 * 256 * 64
+    assert any("constant folding made copies" in n for n in rep["prepared"][0]["notes"])
+    assert t["bytes_per_source_parameter"] > 1.9 * t["bytes_per_parameter"]
+
+
+def test_release_notes_say_plainly_when_there_are_no_runtime_libraries(repo, tmp_path):
+    f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(repo, [path_model(repo, "m", f, chips=["SM8750"])])
+    out = tmp_path / "dist"
+    env = {k: v for k, v in _env(tmp_path / "c").items() if k != "QNN_SDK_ROOT"}
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "--package", "--tag", "v1.0.0", env=env)
+    assert r.returncode == 0, r.stderr
+    notes = (out / "release" / "RELEASE_NOTES.md").read_text()
+    assert "**This release contains no QNN runtime libraries.**" in notes and "qnn-libs" not in notes.split(
+        "## Models")[1].split("## Changes")[0]
+    # the ort route compiles with the QNN of onnxruntime-qnn, not the QAIRT the matrix pins: said so
+    assert "> Warning: the binaries were compiled with QNN 2.51" in notes and "pins QAIRT 2.40.0.251030" in notes
+    assert "warning: the binaries were compiled with QNN" in r.stderr

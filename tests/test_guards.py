@@ -58,6 +58,16 @@ def test_ort_refuses_a_binary_compiled_for_another_chip_than_asked(tmp_path, mon
     assert OrtBackend().compile(job).binaries[0].is_file()
 
 
+def test_publish_keeps_a_release_a_draft_when_an_asset_changed_before_the_final_check(tmp_path):
+    release = make_release(tmp_path / "release", TAG)
+    with FakeGitHub() as gh:
+        gh.fault("GET", r"/releases/\d+/assets", "alter", skip=1, name="SHA256SUMS")
+        with pytest.raises(PublishError, match=r"stays a draft: missing \[\], different \['SHA256SUMS'\]"):
+            publish(release, REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+        (rel,) = gh.releases(REPO, TAG)
+        assert rel["draft"] is True
+
+
 def test_publish_keeps_a_release_a_draft_when_an_asset_is_lost_before_the_final_check(tmp_path):
     release = make_release(tmp_path / "release", TAG)
     with FakeGitHub() as gh:
@@ -162,3 +172,35 @@ def test_the_target_key_changes_with_the_chip(tmp_path):
                                 chips=["SM8750", "SM8650", "QCS9100"])
     keys = {t.soc.name: target_key(t, prep, "ort", "2.51", None) for t in plan(loaded)}
     assert len(set(keys.values())) == 3
+
+
+@pytest.mark.parametrize("members,refusal", [
+    # each refused by its own check, named in the message: the '..' name check (not only the later resolution
+    # through links, which says "through a link"), a link leaving the tree, an absolute path
+    ([("top", "dir"), ("top/../evil.txt", "file")], r"'top/../evil.txt' points outside the destination \("),
+    ([("top", "dir"), ("top/up", "symlink:.."), ("top/up/evil.txt", "file")], r"link 'top/up' -> '\.\.' points"),
+    ([("top", "dir"), ("/etc/evil.txt", "file")], r"has an absolute path"),
+])
+def test_each_extraction_check_refuses_on_its_own(tmp_path, members, refusal, monkeypatch):
+    import io
+    import tarfile
+
+    from ci_tools.errors import PackageError
+    from ci_tools.extract import check_archive
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)  # no stdlib filter behind our checks
+    path = tmp_path / "top.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, kind in members:
+            info = tarfile.TarInfo(name)
+            if kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif kind.startswith("symlink:"):
+                info.type, info.linkname = tarfile.SYMTYPE, kind.split(":", 1)[1]
+                tar.addfile(info)
+            else:
+                info.size = 4
+                tar.addfile(info, io.BytesIO(b"evil"))
+    with pytest.raises(PackageError, match=refusal):
+        check_archive(path, "top")

@@ -29,11 +29,13 @@ def test_snr_and_cosine_values():
     assert compare(ref, -ref).cosine == pytest.approx(-1.0)
 
 
-def test_thresholds_default_and_override():
-    assert thresholds_for(Options(), "fp16").min_cosine == 0.999
+def test_an_override_changes_only_its_precision_and_field():
+    base = {p: thresholds_for(Options(), p) for p in ("fp16", "w8a16", "int8")}
     opts = Options.model_validate({"verify": {"int8": {"min_cosine": 0.5}}})
-    assert thresholds_for(opts, "int8").min_cosine == 0.5
-    assert thresholds_for(opts, "fp16").min_cosine == 0.999
+    assert thresholds_for(opts, "int8") == base["int8"].model_copy(update={"min_cosine": 0.5})
+    assert thresholds_for(opts, "fp16") == base["fp16"] and thresholds_for(opts, "w8a16") == base["w8a16"]
+    # the stricter precision keeps the stricter defaults
+    assert base["fp16"].min_cosine > base["w8a16"].min_cosine > base["int8"].min_cosine
 
 
 def test_check_fails_below_threshold_and_passes_above():

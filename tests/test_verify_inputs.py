@@ -33,7 +33,8 @@ def test_near_zero_outputs_fail_with_a_useful_hint_and_pass_with_a_tolerance(tmp
     assert "SNR" in t["error"] and "max abs error" in t["error"]
     r, t = _build(tmp_path, path_model(tmp_path, "t", f, chips=["SM8750"]))  # the default tolerance
     assert r.returncode == 0, t.get("error")
-    assert t["thresholds"]["max_abs"] == 1e-3 and t["parity"]["max_abs"] <= 1e-6
+    # passed on the absolute tolerance (the outputs are ~1e-7: cosine and SNR of rounding noise)
+    assert t["passed_by"] == "max_abs" and t["parity"]["max_abs"] <= t["thresholds"]["max_abs"]
 
 
 def test_real_inputs_from_calibration_path_verify_fp16(tmp_path):
