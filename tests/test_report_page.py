@@ -121,8 +121,9 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     size = meta["graphs"][0]["size"]
     assert (f"{size / 1e3:.1f} kB" if size < 1e6 else f"{size / 1e6:.2f} MB") in alpha_8750
     assert f"cos {meta['numbers']['main']['parity_vs_cpu']['cosine']:.6f}" in alpha_8750
-    assert meta["numbers"]["main"]["verification"] == {"inputs": "generated", "source": "seed 0", "samples": 2,
-                                                       "passed_by": "cosine"}
+    assert meta["numbers"]["main"]["verification"] == {
+        "inputs": "generated", "source": "seed 0", "samples": 2, "passed_by": "cosine",
+        "description": "generated: uniform [-1, 1) floats, integers in [0, 16), random booleans"}
     # every asset and published file, with its sha256, linked
     assets = next(t for t in page.tables if t["caption"].startswith("Every asset"))
     listed = {row[0]: row[3] for row in assets["rows"][1:]}
