@@ -555,7 +555,9 @@ def _parity_with_original(original: Path, prepared: Path, graph: Graph, feeds, c
     try:
         new = run_cpu(prepared, feeds)
     except Exception as e:
-        raise PrepareError(f"{what}: the prepared graph does not run on CPU: {str(e).splitlines()[0][:300]}") from None
+        raise PrepareError(f"{what}: the prepared graph does not run on CPU: {str(e).splitlines()[0][:300]}",
+                           hint=f"on {generated_inputs_note()}: give index inputs their valid values with "
+                           "graphs[].inputs.<name>.range, or real samples with calibration.path") from None
     try:
         orig_sess = cpu_session(original)
         names = {i.name for i in orig_sess.get_inputs()}
