@@ -38,14 +38,14 @@ def _ort():
             hint="pip install 'qnn-release[ort]' (Python >= 3.11), or use --backend qairt") from None
     # The EP warns about Windows-only features on every session; errors we report ourselves.
     ort.set_default_logger_severity(_severity())
-    with _quiet_native_stderr():  # the QNN library's "# LIBNATIVE" banner
+    with quiet_native():  # the QNN library's "# LIBNATIVE" banner
         ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
         ort.get_ep_devices()
     return ort, onnxruntime_qnn
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr():
+def quiet_native():
     if os.environ.get("QNN_RELEASE_VERBOSE"):
         yield
         return

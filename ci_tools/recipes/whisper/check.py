@@ -142,7 +142,10 @@ def _check_chip(job: dict) -> dict:
         config = json.loads((export_dir / "whisper.json").read_text())
         config["chip"] = job["chip"]
         (folder / "whisper.json").write_text(json.dumps(config))
-        htp = Whisper(folder, device="htp", language=job["language"])
+        from ...qnn_ep import quiet_native
+
+        with quiet_native():  # the QNN library's banner on loading: not on the build's terminal
+            htp = Whisper(folder, device="htp", language=job["language"])
         cpu = Whisper(export_dir, device="cpu", language=job["language"])
         parity: dict[str, list] = {"encoder": [], "decoder": []}
 
