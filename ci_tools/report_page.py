@@ -92,7 +92,15 @@ def _ok_cell(asset: dict, meta: dict) -> dict:
             "snr_db": min(p["snr_db"] for p in parity) if parity else None,
             "max_abs": max(p["max_abs"] for p in parity) if parity else None,
             "by_max_abs": any((n.get("verification") or {}).get("passed_by") == "max_abs" for n in numbers),
-            "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None}
+            "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
+            "transcript": _transcript(meta.get("transcript"))}
+
+
+def _transcript(t: dict | None) -> dict | None:
+    """A speech model's verification: HTP transcripts equal to CPU's, and the WER against the clips."""
+    if not t:
+        return None
+    return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"]}
 
 
 def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:
