@@ -186,12 +186,13 @@ def test_a_transcript_too_far_from_cpu_fails_both_graphs():
         assert "WER 0.250 > 0.0" in r["error"] and "lights.wav" in r["error"] and "Turn of the" in r["error"]
 
 
-def test_whisper_matrix_every_chip_fp16_and_one_w8a16():
+def test_whisper_matrix_every_chip_fp16():
+    """w8a16 is measured and refused by its own transcript check (see matrix/whisper.yaml): fp16 for five chips."""
     loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
     targets = plan(loaded)
     assert {(t.soc.name, t.precision) for t in targets} == {
-        (s, "fp16") for s in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")} | {("SM8750", "w8a16")}
-    assert len(targets) == 12 and {t.graph for t in targets} == {"encoder", "decoder"}
+        (s, "fp16") for s in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")}
+    assert len(targets) == 10 and {t.graph for t in targets} == {"encoder", "decoder"}
     m = loaded.matrix.model("whisper-base")
     assert m.source.kind == "parts" and m.verify.kind == "transcript"
     assert len(check.load_clips(loaded.root, m.verify.clips)) >= 4
