@@ -59,7 +59,8 @@ class BuildReport:
 def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
     spec = {"v": COMPILE_VERSION, "prepared": prepared.sha256, "backend": backend, "sdk": sdk,
             "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
-            "options": t.model.options.model_dump(mode="json"), "calibration": calib}
+            "options": t.model.options.model_dump(mode="json"), "calibration": calib,
+            "per_channel": t.model.calibration.per_channel if calib else None}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -254,7 +255,8 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                     continue
                 if gp not in precompiled:  # chip-independent work, only when some chip needs it
                     t0 = time.monotonic()
-                    precompiled[gp] = route.precompile(prep, t.precision, samples, chash)
+                    precompiled[gp] = route.precompile(prep, t.precision, samples, chash,
+                                                       per_channel=m.calibration.per_channel)
                     precompile_seconds += time.monotonic() - t0
                     if precompile_only:
                         done.append({"model": m.name, "graph": t.graph, "precision": t.precision,

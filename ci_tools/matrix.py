@@ -86,6 +86,9 @@ class Graph(_Frozen):
 class Calibration(_Frozen):
     samples: int = Field(default=8, gt=0, le=4096)
     seed: int = 0
+    per_channel: bool = Field(default=True, description="w8a16/int8: one weight scale per output channel of "
+                              "Conv and Gemm (the qairt converter: --use_per_channel_quantization and "
+                              "--use_per_row_quantization); false: one scale per weight tensor")
     path: str | None = Field(default=None, description="a folder of .npz files, one array per graph input: "
                              "calibrates the quantized precisions and verifies every precision")
 

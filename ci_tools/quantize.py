@@ -57,9 +57,15 @@ def load_calibration(folder: Path, inputs) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, np.ndarray]]) -> Path:
-    """Write ``<prepared folder>/<precision>-<calib hash>.qdq.onnx`` once; return it."""
-    out = prepared_path.parent / f"{precision}-{calibration_hash(samples)[:12]}.qdq.onnx"
+def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, np.ndarray]],
+                   per_channel: bool = True) -> Path:
+    """Write ``<prepared folder>/<precision>[-pc]-<calib hash>.qdq.onnx`` once; return it.
+
+    ``per_channel``: one weight scale per output channel where QNN has that form (Conv, Gemm; the
+    quantizer leaves MatMul per tensor). Measured on Whisper base w8a16 (CPU simulation of the QDQ
+    graph): encoder cosine 0.993 per tensor, 0.997 per channel; decoder logits worst step 0.946 -> 0.982.
+    """
+    out = prepared_path.parent / f"{precision}{'-pc' if per_channel else ''}-{calibration_hash(samples)[:12]}.qdq.onnx"
     if out.exists():
         return out
     from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
@@ -76,7 +82,7 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
     tmp = Path(tempfile.mkdtemp(prefix=".quant.", dir=prepared_path.parent))
     try:
         config = get_qnn_qdq_config(str(prepared_path), Reader(), activation_type=getattr(QuantType, act),
-                                    weight_type=getattr(QuantType, weight))
+                                    weight_type=getattr(QuantType, weight), per_channel=per_channel)
         from .quiet import captured
 
         with captured(prepared_path.parent / f"{precision}-quantize.log"):

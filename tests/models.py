@@ -54,3 +54,33 @@ def tiny_outputs(path: Path, scale: float = 1e-7) -> Path:
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w, s])
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def attention(path: Path, tokens: int = 8, dim: int = 32, seed: int = 3) -> Path:
+    """x[1, tokens, dim] -> LayerNorm -> Q, K, V projections -> softmax(Q K^T) V -> y[1, tokens, dim].
+
+    As Whisper's export writes it: MatMuls on a batched input, K without a bias, the attention scale
+    folded into Q's weights (8x smaller than K's and V's), output channels of different magnitudes.
+    """
+    rng = np.random.default_rng(seed)
+    spread = 2.0 ** rng.integers(-3, 3, dim)  # per output channel
+    inits = [numpy_helper.from_array(np.ones(dim, np.float32), "ln_scale"),
+             numpy_helper.from_array(np.zeros(dim, np.float32), "ln_bias")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "ln_scale", "ln_bias"], ["xn"], axis=-1, name="ln")]
+    for name, scale in (("q", 1 / 8), ("k", 1.0), ("v", 1.0)):
+        w = (rng.standard_normal((dim, dim)) * spread * scale * 0.3).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w_{name}"))
+        if name == "k":
+            nodes.append(helper.make_node("MatMul", ["xn", f"w_{name}"], [name], name=f"{name}_proj"))
+            continue
+        inits.append(numpy_helper.from_array((rng.standard_normal(dim) * 0.05 * scale).astype(np.float32), f"b_{name}"))
+        nodes += [helper.make_node("MatMul", ["xn", f"w_{name}"], [f"{name}0"], name=f"{name}_proj"),
+                  helper.make_node("Add", [f"{name}0", f"b_{name}"], [name], name=f"{name}_bias")]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="k_t"),
+              helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+              helper.make_node("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+              helper.make_node("MatMul", ["p", "v"], ["y"], name="context")]
+    graph = helper.make_graph(nodes, "attention",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, dim])], inits)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

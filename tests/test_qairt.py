@@ -128,7 +128,7 @@ def test_qairt_fp16_and_w8a16_with_layout_names_and_quantized_io(tmp_path, sdk):
         assert "--preserve_io_datatype" not in conv_log
         if t["precision"] == "fp16":
             # audit #3: fp16 weights and math, float32 graph I/O kept by --preserve_io
-            assert "--float_bitwidth 16 --preserve_io" in conv_log
+            assert "--float_bitwidth 16 --preserve_io" in conv_log and "--use_per" not in conv_log
             assert info["graphs"][0]["info"]["graphInputs"][0]["info"]["dataType"] == "QNN_DATATYPE_FLOAT_32"
             assert set(ins) == {"input_1"} and set(outs) == {"feat_map", "probs_0"}
         else:
@@ -139,6 +139,8 @@ def test_qairt_fp16_and_w8a16_with_layout_names_and_quantized_io(tmp_path, sdk):
             assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 2
             assert set(ins) == {"input.1"} and set(outs) == {"feat/map", "probs:0"}  # the ONNX names outside
             zp = next(i for i in stub.graph.initializer if i.name == "input_1_zp")
+            # calibration.per_channel (default): a weight scale per output channel (Conv) and row (MatMul/FC)
+            assert "--use_per_channel_quantization --use_per_row_quantization" in conv_log
             assert int(numpy_helper.to_array(zp)) == -gi["quantizeParams"]["scaleOffset"]["offset"]
         # no Android model library, so no NDK needed (audit #2): the host target only
         assert "-t x86_64-linux-clang" in (folder / "logs" / "model-lib-generator.log").read_text()

@@ -186,16 +186,29 @@ def test_a_transcript_too_far_from_cpu_fails_both_graphs():
         assert "WER 0.250 > 0.0" in r["error"] and "lights.wav" in r["error"] and "Turn of the" in r["error"]
 
 
-def test_whisper_matrix_every_chip_fp16():
-    """w8a16 is measured and refused by its own transcript check (see matrix/whisper.yaml): fp16 for five chips."""
+def test_whisper_matrix_every_chip_fp16_and_one_w8a16():
     loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
     targets = plan(loaded)
     assert {(t.soc.name, t.precision) for t in targets} == {
-        (s, "fp16") for s in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")}
-    assert len(targets) == 10 and {t.graph for t in targets} == {"encoder", "decoder"}
+        (s, "fp16") for s in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")} | {("SM8750", "w8a16")}
+    assert len(targets) == 12 and {t.graph for t in targets} == {"encoder", "decoder"}
     m = loaded.matrix.model("whisper-base")
     assert m.source.kind == "parts" and m.verify.kind == "transcript"
     assert len(check.load_clips(loaded.root, m.verify.clips)) >= 4
+
+
+def test_decoder_calibration_holds_every_prompt_step_of_every_clip(tiny):
+    root, _, _ = tiny
+    clips = check.load_clips(REPO, "clips/whisper/clips.yaml")[:2]
+    prompt = len(runtime.Whisper(root / "exp", device="cpu").prompt)
+    for asked in (2, 12):
+        samples = check.calibration(root / "exp", clips, "decoder", asked, max_tokens=16)
+        offsets = [int(s["offset"][0]) for s in samples]
+        # the prompt steps (start, language, task, no timestamps) of both clips, whatever was asked
+        assert sorted(o for o in offsets if o < prompt) == sorted(list(range(prompt)) * 2)
+        assert len(samples) == max(asked, 2 * prompt)
+    mels = check.calibration(root / "exp", clips, "encoder", 12, max_tokens=4)
+    assert len(mels) == 2 and mels[0]["mel"].shape[-1] == 3000
 
 
 def test_transcript_verification_needs_encoder_and_decoder(tmp_path):

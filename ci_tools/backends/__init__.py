@@ -44,7 +44,7 @@ class Backend(Protocol):
         """Version (with build id) of the toolchain; part of the cache key."""
 
     def precompile(self, prepared: Prepared, precision: str, calibration: list[dict[str, np.ndarray]] | None,
-                   calibration_hash: str | None) -> Path | None:
+                   calibration_hash: str | None, per_channel: bool = True) -> Path | None:
         """The chip-independent work, once per graph and precision (quantize, convert); cached on disk."""
 
     def compile(self, job: CompileJob) -> CompileResult:

@@ -27,10 +27,10 @@ class OrtBackend:
     def sdk_version(self) -> str:
         return f"{qnn_ep.qnn_version()} (onnxruntime-qnn {qnn_ep.ep_package_version()})"
 
-    def precompile(self, prepared, precision, calibration, calibration_hash):
+    def precompile(self, prepared, precision, calibration, calibration_hash, per_channel=True):
         if precision == "fp16":
             return None  # the EP converts float graphs to fp16 itself
-        return quantize_graph(prepared.path, precision, calibration or [])
+        return quantize_graph(prepared.path, precision, calibration or [], per_channel=per_channel)
 
     def doctor(self, prepared, soc):
         """The nodes HTP rejects in ``prepared`` on ``soc`` (a trial compile, kept beside the prepared graph)."""

@@ -186,8 +186,9 @@ class QairtBackend:
     # -- once per graph and precision --------------------------------------------------------------
 
     def precompile(self, prepared: Prepared, precision: str, calibration: list[dict[str, np.ndarray]] | None,
-                   calibration_hash: str | None) -> Path:
-        key = f"qairt-{self.sdk_version()}-{precision}" + (f"-{calibration_hash[:12]}" if calibration_hash else "")
+                   calibration_hash: str | None, per_channel: bool = True) -> Path:
+        pc = "-pc" if per_channel and precision != "fp16" else ""
+        key = f"qairt-{self.sdk_version()}-{precision}{pc}" + (f"-{calibration_hash[:12]}" if calibration_hash else "")
         final = prepared.path.parent / key
         if (final / "done.json").exists():
             return final
@@ -208,6 +209,8 @@ class QairtBackend:
                 argv += ["--act_bitwidth", "16" if precision == "w8a16" else "8", "--weights_bitwidth", "8",
                          "--bias_bitwidth", "32", "--input_list", str(self._input_list(prepared, calibration, tmp)),
                          "--use_native_input_files", *(["--preserve_io", "layout"] if KEEP_ONNX_LAYOUT else [])]
+                if per_channel:  # a scale per output channel (Conv) and per row (MatMul, FullyConnected)
+                    argv += ["--use_per_channel_quantization", "--use_per_row_quantization"]
             warnings = _warnings(self._run(argv, tmp / "converter.log",
                                            f"{prepared.model}/{graph}: qnn-onnx-converter"))
             libgen = [self.python, str(self.root / BIN / "qnn-model-lib-generator"), "-c", str(tmp / f"{graph}.cpp"),

@@ -1,0 +1,92 @@
+"""Quantization for the ort route: what prepare keeps for it and what per-channel weights buy (real onnxsim/ORT)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import onnxsim
+from onnx import numpy_helper
+
+from ci_tools.quantize import quantize_graph
+from tests import models
+from tests.conftest import path_model, write_matrix
+from tests.test_prepare import _prepare
+
+
+def _ops(m: onnx.ModelProto) -> Counter:
+    return Counter(n.op_type for n in m.graph.node)
+
+
+def _prepared_attention(tmp_path):
+    (tmp_path / "models").mkdir()
+    f = models.attention(tmp_path / "models" / "att.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "att", f, chips=["SM8750"], precisions=["w8a16"])])
+    (p,) = _prepare(matrix, tmp_path / "cache", name="att")
+    return f, p
+
+
+def test_prepare_keeps_the_q_k_v_projections_apart(tmp_path):
+    src, p = _prepared_attention(tmp_path)
+    # onnxsim's default passes would join the three projections into one MatMul and a Split: one weight
+    # tensor, whose single scale a quantizer would share between Q (8x smaller) and K/V
+    fused, _ = onnxsim.simplify(onnx.load(src))
+    assert _ops(fused)["Split"] == 1
+    ops = _ops(onnx.load(p.path))
+    assert "Split" not in ops and ops["MatMul"] + ops["Gemm"] == 5, ops
+
+
+def _weight_scales(qdq: onnx.ModelProto) -> dict[str, np.ndarray]:
+    inits = {i.name: i for i in qdq.graph.initializer}
+    out = {}
+    for n in qdq.graph.node:
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and n.input[0].startswith("w_"):
+            out[n.input[0].removesuffix("_quantized")] = numpy_helper.to_array(inits[n.input[1]])
+    return out
+
+
+def test_per_channel_weights_have_a_scale_per_output_channel_and_err_less(tmp_path):
+    _, p = _prepared_attention(tmp_path)
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.standard_normal((1, 8, 32)).astype(np.float32)} for _ in range(8)]
+    pc = quantize_graph(p.path, "w8a16", samples, per_channel=True)
+    pt = quantize_graph(p.path, "w8a16", samples, per_channel=False)
+    assert pc != pt and pc.is_file() and pt.is_file()
+    assert quantize_graph(p.path, "w8a16", samples, per_channel=True) == pc  # cached by name
+    pc_scales, pt_scales = _weight_scales(onnx.load(pc)), _weight_scales(onnx.load(pt))
+    assert len(pc_scales) == len(pt_scales) == 3
+    # Q and V (MatMul + Add, a Gemm once prepared) get a scale per output channel; K (no bias: a MatMul,
+    # which QNN quantizes per tensor) keeps one, as with per_channel false
+    assert {k: s.size for k, s in pc_scales.items()} == {"w_q": 32, "w_k": 1, "w_v": 32}
+    assert {s.size for s in pt_scales.values()} == {1}
+
+    def error(path):
+        ref = ort.InferenceSession(str(p.path), providers=["CPUExecutionProvider"])
+        q = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feed = {"x": rng.standard_normal((1, 8, 32)).astype(np.float32)}
+        a, b = ref.run(None, feed)[0], q.run(None, feed)[0]
+        return float(np.abs(a - b).max() / np.abs(a).max())
+
+    assert error(pc) < error(pt) / 2
+
+
+def test_per_channel_is_part_of_a_quantized_targets_key(tmp_path):
+    from types import SimpleNamespace
+
+    from ci_tools.build import target_key
+    from ci_tools.matrix import load_matrix
+    from ci_tools.plan import plan
+
+    (tmp_path / "models").mkdir()
+    f = models.attention(tmp_path / "models" / "att.onnx")
+    keys = {}
+    for pc in (True, False):
+        matrix = write_matrix(tmp_path, [path_model(tmp_path, "att", f, chips=["SM8750"], precisions=["fp16", "w8a16"],
+                                                    calibration={"per_channel": pc})])
+        for t in plan(load_matrix(matrix)):
+            calib = "c" if t.precision != "fp16" else None
+            keys[(pc, t.precision)] = target_key(t, SimpleNamespace(sha256="p"), "ort", "2.51", calib)
+    assert keys[(True, "w8a16")] != keys[(False, "w8a16")]
+    assert keys[(True, "fp16")] == keys[(False, "fp16")]  # nothing to quantize: the fp16 binary is reused
