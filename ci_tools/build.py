@@ -30,7 +30,7 @@ from .matrix import LoadedMatrix, Model
 from .plan import Refusal, Target, make_plan
 from .prepare import Prepared, generate_inputs, prepare
 from .progress import Progress
-from .quantize import calibration_hash, load_calibration
+from .quantize import calibration_hash, load_calibration, weight_scales
 from .report import table, write_json
 from .sources import SourceStore, default_cache, sha256_file
 from .target_job import COMPILE_VERSION, TargetSpec, copy_atomic, put_in_store, run_target
@@ -59,8 +59,9 @@ class BuildReport:
 def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
     spec = {"v": COMPILE_VERSION, "prepared": prepared.sha256, "backend": backend, "sdk": sdk,
             "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
-            "options": t.model.options.model_dump(mode="json"), "calibration": calib,
-            "per_channel": t.model.calibration.per_channel if calib else None}
+            "options": t.model.options.model_dump(mode="json"), "calibration": calib}
+    if calib:
+        spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -270,6 +271,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
                 prepared=prep, backend=backend, key=key, out=out, store=cache / "targets", seed=m.calibration.seed,
                 verify_samples=(real or samples or [])[:4] or None, calibration=samples, calibration_hash=chash,
+                weight_scales=weight_scales(m.calibration.per_channel) if chash else None,
                 precompiled=precompiled[gp], precompile_run=_precompile_run(precompiled[gp]),
                 inputs_note=(f"samples: {min(len(real), 4)} from calibration.path ({m.calibration.path})" if real
                              else None),

@@ -84,11 +84,13 @@ class Graph(_Frozen):
 
 
 class Calibration(_Frozen):
-    samples: int = Field(default=8, gt=0, le=4096)
+    samples: int = Field(default=8, gt=0, le=4096, description="generated calibration samples; for a transcript "
+                         "model, decoder steps: every prompt step of every clip, then text steps up to this many "
+                         "(the encoder takes each clip's features)")
     seed: int = 0
-    per_channel: bool = Field(default=True, description="w8a16/int8: one weight scale per output channel of "
-                              "Conv and Gemm (the qairt converter: --use_per_channel_quantization and "
-                              "--use_per_row_quantization); false: one scale per weight tensor")
+    per_channel: bool = Field(default=True, description="w8a16/int8 weights: true, one scale per output channel "
+                              "(ort route: Conv and Gemm, MatMul stays per tensor; qairt route: the converter's "
+                              "--use_per_channel_quantization and --use_per_row_quantization); false, one per tensor")
     path: str | None = Field(default=None, description="a folder of .npz files, one array per graph input: "
                              "calibrates the quantized precisions and verifies every precision")
 

@@ -76,6 +76,9 @@ class Quantization(_M):
     activation_bits: int
     weight_bits: int
     calibration_sha256: str | None
+    weight_scales: Literal["per-channel", "per-tensor"] | None = Field(
+        default=None, description="quantized: a weight scale per output channel, or per tensor "
+        "(calibration.per_channel)")
 
 
 class Parity(_M):

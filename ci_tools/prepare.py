@@ -438,7 +438,7 @@ def _simplify(m, what: str, notes: list[str], logs: Path | None = None):
     # one MatMul and a Split: one weight tensor, so a per-tensor quantizer gives Q (the attention scale
     # folded in, 8x smaller) and K/V one scale, and MatMul has no per-channel form. Measured on Whisper
     # base w8a16: encoder cosine 0.970 fused, 0.993 unfused (0.997 per-channel). HTP fuses as it sees fit.
-    kw = {"skipped_optimizers": SKIPPED_ONNXSIM_PASSES}
+    kw = {"skipped_optimizers": list(SKIPPED_ONNXSIM_PASSES)}
     logs = logs or Path(tempfile.gettempdir())
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / "onnxsim.log"  # what onnxsim prints, beside the graph's prepared versions

@@ -21,6 +21,11 @@ QTYPES = {"w8a16": ("QUInt16", "QUInt8"), "int8": ("QUInt8", "QUInt8")}
 BITS = {"fp16": (16, 16), "w8a16": (16, 8), "int8": (8, 8)}  # (activation bits, weight bits)
 
 
+def weight_scales(per_channel: bool) -> str:
+    """How a quantized target's weights are scaled, as the report and metadata.json say it."""
+    return "per-channel" if per_channel else "per-tensor"
+
+
 def calibration_hash(samples: list[dict[str, np.ndarray]]) -> str:
     h = hashlib.sha256()
     for s in samples:
@@ -65,7 +70,8 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
     quantizer leaves MatMul per tensor). Measured on Whisper base w8a16 (CPU simulation of the QDQ
     graph): encoder cosine 0.993 per tensor, 0.997 per channel; decoder logits worst step 0.946 -> 0.982.
     """
-    out = prepared_path.parent / f"{precision}{'-pc' if per_channel else ''}-{calibration_hash(samples)[:12]}.qdq.onnx"
+    stem = f"{precision}{'-pc' if per_channel else ''}-{calibration_hash(samples)[:12]}"
+    out = prepared_path.parent / f"{stem}.qdq.onnx"
     if out.exists():
         return out
     from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
@@ -85,7 +91,7 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
                                     weight_type=getattr(QuantType, weight), per_channel=per_channel)
         from .quiet import captured
 
-        with captured(prepared_path.parent / f"{precision}-quantize.log"):
+        with captured(prepared_path.parent / f"{stem}.quantize.log"):
             quantize(str(prepared_path), str(tmp / "q.onnx"), config)
         os.replace(tmp / "q.onnx", out)
     except CompileError:

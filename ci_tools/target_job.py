@@ -44,6 +44,7 @@ class TargetSpec:
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
     precompiled: Path | None
+    weight_scales: str | None = None  # quantized: 'per-channel' or 'per-tensor'
     precompile_run: str | None = None  # id of the conversion run ``precompiled`` came from
     inputs_note: str | None = None  # where verify_samples come from (None: generated here)
     verify_kind: str = "parity"  # "transcript": the recipe verifies the chip's graphs together, after the build
@@ -138,6 +139,7 @@ def run_target(spec: TargetSpec) -> dict:
             if spec.prepared.source_parameters else None,
             "verify_inputs": inputs_note,
             "calibration_sha256": spec.calibration_hash,
+            "weight_scales": spec.weight_scales,
             "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
         })
         if ran is None:

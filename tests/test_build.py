@@ -41,6 +41,7 @@ def test_build_compiles_verifies_and_caches(repo, tmp_path):
     for t in rep["targets"]:
         assert t["status"] == "ok" and t["verified"] is True
         assert t["parity"]["cosine"] > 0.99 and t["parity"]["nan_count"] == 0
+        assert t["weight_scales"] == {"fp16": None, "w8a16": "per-channel"}[t["precision"]]
         folder = out / t["id"]
         info = qnn_ep.read_compat(folder / t["context_onnx"])
         expected = {"SM8750": (79, 69), "SM8550": (73, 43), "QCS9100": (73, 77)}[t["soc"]]

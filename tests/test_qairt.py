@@ -129,6 +129,7 @@ def test_qairt_fp16_and_w8a16_with_layout_names_and_quantized_io(tmp_path, sdk):
         if t["precision"] == "fp16":
             # audit #3: fp16 weights and math, float32 graph I/O kept by --preserve_io
             assert "--float_bitwidth 16 --preserve_io" in conv_log and "--use_per" not in conv_log
+            assert t["weight_scales"] is None
             assert info["graphs"][0]["info"]["graphInputs"][0]["info"]["dataType"] == "QNN_DATATYPE_FLOAT_32"
             assert set(ins) == {"input_1"} and set(outs) == {"feat_map", "probs_0"}
         else:
@@ -141,6 +142,7 @@ def test_qairt_fp16_and_w8a16_with_layout_names_and_quantized_io(tmp_path, sdk):
             zp = next(i for i in stub.graph.initializer if i.name == "input_1_zp")
             # calibration.per_channel (default): a weight scale per output channel (Conv) and row (MatMul/FC)
             assert "--use_per_channel_quantization --use_per_row_quantization" in conv_log
+            assert t["weight_scales"] == "per-channel"
             assert int(numpy_helper.to_array(zp)) == -gi["quantizeParams"]["scaleOffset"]["offset"]
         # no Android model library, so no NDK needed (audit #2): the host target only
         assert "-t x86_64-linux-clang" in (folder / "logs" / "model-lib-generator.log").read_text()
@@ -153,6 +155,22 @@ def test_qairt_fp16_and_w8a16_with_layout_names_and_quantized_io(tmp_path, sdk):
     r, rep, _ = _build(tmp_path, sdk, matrix)
     assert r.returncode == 0 and {t["status"] for t in rep["targets"]} == {"cached"}
     assert not list((tmp_path / "cache" / "work" / "prepared").rglob("qairt-*"))
+
+
+def test_per_tensor_weights_when_the_matrix_says_so(tmp_path, sdk):
+    (tmp_path / "models").mkdir()
+    f = conv_model(tmp_path / "models" / "c.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "cnn", f, precisions=["w8a16"], chips=["SM8750"],
+                                                calibration={"per_channel": False})])
+    r, rep, out = _build(tmp_path, sdk, matrix)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (t,) = rep["targets"]
+    assert t["status"] == "ok" and t["weight_scales"] == "per-tensor"
+    conv_log = (out / t["id"] / "logs" / "converter.log").read_text()
+    assert "--act_bitwidth 16" in conv_log and "--use_per" not in conv_log
+    (converted,) = [p for p in (tmp_path / "cache" / "work" / "prepared").rglob("qairt-*") if p.is_dir()]
+    assert "-w8a16-" in converted.name and "-pc" not in converted.name
+    assert not (converted / "calibration").exists()  # the raw calibration files do not stay in the cache
 
 
 def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_path, sdk, monkeypatch):

@@ -213,6 +213,7 @@ class QairtBackend:
                     argv += ["--use_per_channel_quantization", "--use_per_row_quantization"]
             warnings = _warnings(self._run(argv, tmp / "converter.log",
                                            f"{prepared.model}/{graph}: qnn-onnx-converter"))
+            shutil.rmtree(tmp / "calibration", ignore_errors=True)  # GBs for a decoder with its KV caches
             libgen = [self.python, str(self.root / BIN / "qnn-model-lib-generator"), "-c", str(tmp / f"{graph}.cpp"),
                       "-l", graph, "-t", LIB_TARGET, "-o", str(tmp / "model_libs")]
             if (tmp / f"{graph}.bin").is_file():  # the converter writes it only for graphs with weights

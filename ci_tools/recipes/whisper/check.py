@@ -107,7 +107,8 @@ def wer(pairs: list[tuple[str, str]]) -> float:
 
 def calibration(export_dir: Path, clips: list[Clip], graph: str, decoder_samples: int,
                 language: str = "en", max_tokens: int = 128) -> list[dict[str, np.ndarray]]:
-    """Real inputs of ``graph``: the clips' mel features (encoder), decoder steps spread over the clips."""
+    """Real inputs of ``graph``: the clips' mel features (encoder); for the decoder, every prompt step of
+    every clip and text steps spread over the clips, ``decoder_samples`` in all (more if the prompt steps are)."""
     model = Whisper(export_dir, device="cpu", language=language)
     feeds: dict[str, list[dict]] = {"encoder": [], "decoder": []}
 
