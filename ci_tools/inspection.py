@@ -48,6 +48,45 @@ def suggest_graph(path: Path, inputs: list[dict]) -> dict:
     return entry
 
 
+def control_flow(m, inputs: list[dict]) -> list[dict]:
+    """Each If of the main graph, the graph inputs its condition is computed from, and the way out: an If
+    decided by small inputs only (a sample rate, a mode flag) folds once they are `graphs[].constants`;
+    one decided by the data does not, and the graph has to be split or rewritten there."""
+    producer = {o: n for n in m.graph.node for o in n.output}
+    size = {i["name"]: i["dims"] for i in inputs}
+    found = []
+    for node in m.graph.node:
+        if node.op_type != "If":
+            continue
+        seen, todo, sources = set(), [node.input[0]], set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in size:
+                sources.add(name)
+            elif name in producer:
+                todo += [i for i in producer[name].input if i]
+        small = {n for n in sources if all(isinstance(d, int) for d in size[n]) and _count(size[n]) <= 1}
+        if sources and small == sources:
+            fix = ("graphs[].constants: {" + ", ".join(f"{n}: <the value your app feeds>" for n in sorted(sources))
+                   + "}: prepare then folds the branch away")
+        elif sources:
+            fix = "decided by the data: split the graph before it, or write the branch without If"
+        else:
+            fix = "decided by constants only: prepare folds it"
+        found.append({"node": node.name or "If", "condition_from": sorted(sources), "fix": fix})
+    return found
+
+
+def _count(dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
 def inspect(path: Path, socs) -> dict:
     import onnx
 
@@ -67,7 +106,8 @@ def inspect(path: Path, socs) -> dict:
     entry = suggest_graph(path, inputs)
     report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
               "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
-              "ops": dict(ops.most_common()), "suggested_graph": entry, "prepare": None, "htp": []}
+              "ops": dict(ops.most_common()), "suggested_graph": entry,
+              "control_flow": control_flow(m, inputs), "prepare": None, "htp": []}
     graph = Graph(name=entry["name"], file=entry["file"],
                   inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,6 +151,9 @@ def render_text(report: dict) -> str:
     lines.append("ops: " + ", ".join(f"{k} x{v}" for k, v in report["ops"].items()))
     lines += ["", "suggested graphs[] entry (check the lengths: they are what your app will feed):",
               yaml.safe_dump([report["suggested_graph"]], sort_keys=False, default_flow_style=None).rstrip()]
+    for c in report.get("control_flow", []):
+        what = ", ".join(c["condition_from"]) or "constants"
+        lines.append(f"If {c['node']}: its condition comes from {what}; fix: {c['fix']}")
     prep = report["prepare"]
     if prep and not prep["ok"]:
         lines += ["", f"prepare: {prep['error']}"]

@@ -252,6 +252,29 @@ def test_a_data_dependent_if_is_named_once_by_build_and_by_inspect(repo, tmp_pat
         assert "no chip was compiled" in t["error"]
     r = run_cli("inspect", str(f), "--soc", "SM8750")
     assert r.returncode == 0 and "If x1 (If_32)" in r.stdout and "graphs[].constants" in r.stdout, r.stdout
+    assert "If If_32: its condition comes from x; fix: decided by the data" in r.stdout
+
+
+def test_inspect_names_the_input_that_decides_an_if(repo):
+    """silero-vad's shape: a scalar sample-rate input picks the branch; constants fold it, inspect says which."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 8])])
+    else_g = helper.make_graph([helper.make_node("Add", ["x", "two"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 8])])
+    nodes = [helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Equal", ["srf", "k16"], ["c1"], name="eq"),
+             helper.make_node("Squeeze", ["c1"], ["cond"], name="sq"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g, name="If_sr")]
+    g = helper.make_graph(nodes, "sr_if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+                                           helper.make_tensor_value_info("sr", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(np.array([16000], np.float32), "k16"),
+                           numpy_helper.from_array(np.array(2, np.float32), "two")])
+    f = models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), repo / "models" / "sr.onnx")
+    r = run_cli("inspect", str(f), "--soc", "SM8750", "--json")
+    assert r.returncode == 0, r.stderr
+    (c,) = json.loads(r.stdout)["control_flow"]
+    assert c["node"] == "If_sr" and c["condition_from"] == ["sr"] and "graphs[].constants: {sr: " in c["fix"]
 
 
 def test_the_prepare_parity_check_and_its_per_model_threshold(repo, tmp_path, monkeypatch):
