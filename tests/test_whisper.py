@@ -114,6 +114,40 @@ def test_log_mel_and_filters_equal_faster_whispers():
     assert abs(float(mel.mean()) - -0.6301394701004028) < 1e-5
 
 
+def test_128_mel_filters_equal_faster_whispers():
+    """Whisper large-v3's front end: numbers printed by faster-whisper 1.2.1's FeatureExtractor(feature_size=128)."""
+    fb = runtime.mel_filters(128)
+    assert fb.shape == (128, 201) and abs(float(fb.sum()) - 3.190985679626465) < 1e-5
+    mel = runtime.log_mel(runtime.read_wav(CLIPS / "lights.wav"), fb)[0]
+    np.testing.assert_allclose(mel[:6, 150], [0.22038043, 0.31794488, 0.69899029, 0.66453552, 0.74940908, 0.64165676],
+                               atol=1e-4)
+    np.testing.assert_allclose(mel[100, 100:104], [0.06191308, 0.25284821, 0.36504567, 0.35589492], atol=1e-4)
+    assert abs(float(mel.mean()) - -0.5883865356445312) < 1e-5
+
+
+def test_a_128_mel_checkpoint_exports_and_decodes_as_ctranslate2_does(tmp_path):
+    """large-v3's shape (128 mel bins) in both checkpoint formats, on a tiny random-weight model."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    d = {**wt.dims(), "n_mels": 128}
+    w = wt.weights(d, seed=5)
+    wt.write_ctranslate2(tmp_path / "ct2", d, w, dtype="float32")
+    wt.write_safetensors(tmp_path / "hf", d, w, shards=1)
+    export.export(tmp_path / "ct2", tmp_path / "exp")
+    export.export(tmp_path / "hf", tmp_path / "exp-hf")
+    ours, hf = runtime.Whisper(tmp_path / "exp", device="cpu"), runtime.Whisper(tmp_path / "exp-hf", device="cpu")
+    assert ours.filters.shape == (128, 201) and ours.config["dims"]["n_mels"] == 128
+    theirs = ctranslate2.models.Whisper(str(tmp_path / "ct2"), device="cpu", compute_type="float32")
+    audio = runtime.read_wav(CLIPS / "weather.wav")
+    mel = ours.features(audio)
+    assert mel.shape == (1, 128, 3000)
+    got = ours.transcribe(audio, max_tokens=20).tokens
+    ref = theirs.generate(ctranslate2.StorageView.from_array(mel), [ours.prompt], beam_size=1, max_length=60,
+                          suppress_blank=True,
+                          suppress_tokens=[int(i) for i in np.flatnonzero(ours.suppress)])[0].sequences_ids[0]
+    assert len(set(got)) > 2 and got == ref[:20]  # equal up to the end of text, or 20 tokens
+    assert hf.transcribe(audio, max_tokens=20).tokens == got
+
+
 def _export_cli(src: Path, out: Path) -> subprocess.CompletedProcess:
     return _run(["-m", "ci_tools.recipes.whisper.export", str(src), str(out)])
 
