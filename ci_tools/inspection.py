@@ -8,6 +8,7 @@ preparation ``build`` does).
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from collections import Counter
@@ -68,7 +69,7 @@ def control_flow(m, inputs: list[dict]) -> list[dict]:
                 sources.add(name)
             elif name in producer:
                 todo += [i for i in producer[name].input if i]
-        small = {n for n in sources if all(isinstance(d, int) for d in size[n]) and _count(size[n]) <= 1}
+        small = {n for n in sources if all(isinstance(d, int) for d in size[n]) and math.prod(size[n]) <= 1}
         if sources and small == sources:
             fix = ("graphs[].constants: {" + ", ".join(f"{n}: <the value your app feeds>" for n in sorted(sources))
                    + "}: prepare then folds the branch away")
@@ -78,13 +79,6 @@ def control_flow(m, inputs: list[dict]) -> list[dict]:
             fix = "decided by constants only: prepare folds it"
         found.append({"node": node.name or "If", "condition_from": sorted(sources), "fix": fix})
     return found
-
-
-def _count(dims: list[int]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def inspect(path: Path, socs) -> dict:
