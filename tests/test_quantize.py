@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import onnxsim
+import pytest
 from onnx import numpy_helper
 
 from ci_tools.quantize import quantize_graph
@@ -90,3 +91,49 @@ def test_per_channel_is_part_of_a_quantized_targets_key(tmp_path):
             keys[(pc, t.precision)] = target_key(t, SimpleNamespace(sha256="p"), "ort", "2.51", calib)
     assert keys[(True, "w8a16")] != keys[(False, "w8a16")]
     assert keys[(True, "fp16")] == keys[(False, "fp16")]  # nothing to quantize: the fp16 binary is reused
+
+
+def _old_opset_conv(path):
+    """A Conv at opset 11 (RapidOCR's classifier is opset 11): DequantizeLinear has no `axis` there."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 2.0 ** rng.integers(-3, 3, (8, 1, 1, 1)))
+                                .astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(8, np.float32), "b")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "old",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [w, b])
+    return models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]), path)
+
+
+def test_per_channel_int8_of_an_opset_11_graph_is_a_valid_graph(tmp_path):
+    (tmp_path / "models").mkdir()
+    f = _old_opset_conv(tmp_path / "models" / "old.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "old", f, chips=["SM8750"], precisions=["int8"])])
+    (p,) = _prepare(matrix, tmp_path / "cache", name="old")
+    rng = np.random.default_rng(1)
+    samples = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    q = quantize_graph(p.path, "int8", samples, per_channel=True)
+    m = onnx.load(q)
+    onnx.checker.check_model(m)
+    assert next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) >= 13
+    assert _weight_scales(m)["w"].size == 8  # a scale per output channel
+    y = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(None, samples[0])[0]
+    assert y.shape == (1, 8, 16, 16)
+
+
+def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypatch):
+    from ci_tools import quantize as quantize_mod
+    from ci_tools.errors import CompileError
+
+    (tmp_path / "models").mkdir()
+    f = _old_opset_conv(tmp_path / "models" / "old.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "old", f, chips=["SM8750"], precisions=["int8"])])
+    (p,) = _prepare(matrix, tmp_path / "cache", name="old")
+    monkeypatch.setattr(quantize_mod, "_per_channel_opset", lambda path, tmp: path)  # as before the opset fix
+    samples = [{"x": np.ones((1, 3, 16, 16), np.float32)}]
+    with pytest.raises(CompileError, match=r"int8 quantization wrote an invalid graph: .*axis"):
+        quantize_graph(p.path, "int8", samples, per_channel=True)
+    assert not list(p.path.parent.glob("*.qdq.onnx"))
