@@ -30,7 +30,7 @@ from .matrix import LoadedMatrix, Model
 from .plan import Refusal, Target, make_plan
 from .prepare import Prepared, generate_inputs, prepare
 from .progress import Progress
-from .quantize import calibration_hash, load_calibration, weight_scales
+from .quantize import QUANT_VERSION, calibration_hash, load_calibration, weight_scales
 from .report import table, write_json
 from .sources import SourceStore, default_cache, sha256_file
 from .target_job import COMPILE_VERSION, TargetSpec, copy_atomic, put_in_store, run_target
@@ -62,6 +62,7 @@ def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str
             "options": t.model.options.model_dump(mode="json"), "calibration": calib}
     if calib:
         spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
+        spec["quantizer"] = QUANT_VERSION
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 

@@ -19,7 +19,7 @@ from .errors import CompileError
 # precision -> (activation type, weight type)
 QTYPES = {"w8a16": ("QUInt16", "QUInt8"), "int8": ("QUInt8", "QUInt8")}
 BITS = {"fp16": (16, 16), "w8a16": (16, 8), "int8": (8, 8)}  # (activation bits, weight bits)
-QUANT_VERSION = 2  # part of the cached file's name: bump when a change here changes what is written
+QUANT_VERSION = 3  # part of the cached file's name: bump when a change here changes what is written
 
 
 def weight_scales(per_channel: bool) -> str:
@@ -87,9 +87,14 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
             return next(self.it, None)
 
     act, weight = QTYPES[precision]
+    what = _what(prepared_path)
     tmp = Path(tempfile.mkdtemp(prefix=".quant.", dir=prepared_path.parent))
+    # 8-bit graphs get standard-domain Q/DQ; 16-bit ones below opset 21 get com.microsoft's, which take
+    # `axis` at any opset
+    needs_opset = per_channel and act == "QUInt8"
+    converted = prepared_path.parent / f".{stem}.opset{PER_CHANNEL_OPSET}.onnx"
     try:
-        source = _per_channel_opset(prepared_path, tmp) if per_channel else prepared_path
+        source = _per_channel_opset(prepared_path, converted, what) if needs_opset else prepared_path
         config = get_qnn_qdq_config(str(source), Reader(), activation_type=getattr(QuantType, act),
                                     weight_type=getattr(QuantType, weight), per_channel=per_channel)
         from .quiet import captured
@@ -101,41 +106,67 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
         try:
             onnx.checker.check_model(str(tmp / "q.onnx"))
         except onnx.checker.ValidationError as e:
-            raise CompileError(f"{prepared_path.parent.name}: {precision} quantization wrote an invalid graph: "
-                               f"{str(e).splitlines()[0][:300]}",
+            raise CompileError(f"{what}: {precision} quantization wrote an invalid graph: {_first_line(e)}",
                                hint="try calibration.per_channel: false, or report it with the model") from None
-        os.replace(tmp / "q.onnx", out)
+        _move_with_data(tmp / "q.onnx", out)
     except CompileError:
         raise
     except Exception as e:
-        raise CompileError(f"{prepared_path.parent.name}: {precision} quantization failed: "
-                           f"{str(e).splitlines()[0][:300]}") from None
+        raise CompileError(f"{what}: {precision} quantization failed: {_first_line(e)}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        converted.unlink(missing_ok=True)
     return out
+
+
+def _what(prepared_path: Path) -> str:
+    """<model>/<graph> of a prepared graph (``<work>/<model>/<graph>/<key>/graph.onnx``)."""
+    return f"{prepared_path.parent.parent.parent.name}/{prepared_path.parent.parent.name}"
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def _move_with_data(src: Path, dst: Path) -> None:
+    """Move a graph and its external-data file (a quantized graph over 2 GB) into place, the graph last."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    m = onnx.load(str(src), load_external_data=False)
+    located = [e for t in _get_all_tensors(m) if uses_external_data(t) for e in t.external_data if e.key == "location"]
+    if located:
+        data = dst.with_name(dst.name + ".data")
+        os.replace(src.parent / located[0].value, data)
+        for e in located:
+            e.value = data.name
+        onnx.save(m, str(src))
+    os.replace(src, dst)
 
 
 PER_CHANNEL_OPSET = 13  # DequantizeLinear's `axis` (a scale per channel) is opset 13
 
 
-def _per_channel_opset(prepared_path: Path, tmp: Path) -> Path:
-    """The graph at opset 13 or later: per-channel scales need DequantizeLinear's ``axis``, and the
-    quantizer writes it into an older graph all the same (an invalid model: "Unrecognized attribute:
+def _per_channel_opset(prepared_path: Path, out: Path, what: str) -> Path:
+    """The graph at opset 13 or later for int8: per-channel scales need DequantizeLinear's ``axis``, and
+    the quantizer writes it into an older graph all the same (an invalid model: "Unrecognized attribute:
     axis", measured on RapidOCR's opset-11 classifier at int8). Older graphs are converted by onnx."""
     import onnx
     from onnx import version_converter
 
+    # weights stay where they are (external data of a big graph): `out` is written beside the graph
     m = onnx.load(str(prepared_path), load_external_data=False)
-    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), PER_CHANNEL_OPSET)
-    if opset >= PER_CHANNEL_OPSET:
+    opsets = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+    if len(opsets) != 1:
+        raise CompileError(f"{what}: the graph imports the default ONNX domain {len(opsets)} times: {opsets}",
+                           hint="export it with one default-domain opset")
+    if opsets[0] >= PER_CHANNEL_OPSET:
         return prepared_path
     try:
-        converted = version_converter.convert_version(onnx.load(str(prepared_path)), PER_CHANNEL_OPSET)
+        converted = version_converter.convert_version(m, PER_CHANNEL_OPSET)
     except Exception as e:
-        raise CompileError(f"{prepared_path.parent.name}: per-channel quantization needs opset "
-                           f"{PER_CHANNEL_OPSET}; onnx could not convert this opset-{opset} graph: "
-                           f"{str(e).splitlines()[0][:200]}",
+        raise CompileError(f"{what}: per-channel int8 needs opset {PER_CHANNEL_OPSET}; onnx could not convert "
+                           f"this opset-{opsets[0]} graph: {_first_line(e)}",
                            hint="set calibration.per_channel: false, or export at opset 13 or later") from None
-    out = tmp / f"opset{PER_CHANNEL_OPSET}.onnx"
     onnx.save(converted, str(out))
     return out

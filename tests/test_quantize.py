@@ -115,13 +115,34 @@ def test_per_channel_int8_of_an_opset_11_graph_is_a_valid_graph(tmp_path):
     (p,) = _prepare(matrix, tmp_path / "cache", name="old")
     rng = np.random.default_rng(1)
     samples = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
-    q = quantize_graph(p.path, "int8", samples, per_channel=True)
-    m = onnx.load(q)
-    onnx.checker.check_model(m)
-    assert next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) >= 13
-    assert _weight_scales(m)["w"].size == 8  # a scale per output channel
-    y = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(None, samples[0])[0]
-    assert y.shape == (1, 8, 16, 16)
+    ref = ort.InferenceSession(str(p.path), providers=["CPUExecutionProvider"]).run(None, samples[0])[0]
+    for precision in ("int8", "w8a16"):  # w8a16 below opset 21: com.microsoft Q/DQ, which take `axis` as they are
+        q = quantize_graph(p.path, precision, samples, per_channel=True)
+        m = onnx.load(q)
+        onnx.checker.check_model(m)
+        opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+        assert opset >= 13 if precision == "int8" else opset in (11, 21), (precision, opset)
+        assert _weight_scales(m)["w"].size == 8  # a scale per output channel
+        y = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(None, samples[0])[0]
+        cos = float(np.dot(y.ravel(), ref.ravel()) / np.linalg.norm(y) / np.linalg.norm(ref))
+        assert cos > 0.99, (precision, cos)
+    assert not list(p.path.parent.glob(".*.onnx"))  # the converted copy is gone
+
+
+def test_a_quantized_graph_moves_into_the_cache_with_its_external_data(tmp_path):
+    from ci_tools.quantize import _move_with_data
+
+    f = models.attention(tmp_path / "a.onnx")
+    m = onnx.load(f)
+    weights = {i.name: numpy_helper.to_array(i).tobytes() for i in m.graph.initializer}
+    (tmp_path / "tmp").mkdir()
+    onnx.save(m, str(tmp_path / "tmp" / "q.onnx"), save_as_external_data=True, location="q.onnx.data",
+              size_threshold=0)
+    _move_with_data(tmp_path / "tmp" / "q.onnx", tmp_path / "w8a16-q3-abc.qdq.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        "a.onnx", "w8a16-q3-abc.qdq.onnx", "w8a16-q3-abc.qdq.onnx.data"]
+    moved = onnx.load(str(tmp_path / "w8a16-q3-abc.qdq.onnx"))
+    assert {i.name: numpy_helper.to_array(i).tobytes() for i in moved.graph.initializer} == weights
 
 
 def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypatch):
@@ -132,7 +153,7 @@ def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypa
     f = _old_opset_conv(tmp_path / "models" / "old.onnx")
     matrix = write_matrix(tmp_path, [path_model(tmp_path, "old", f, chips=["SM8750"], precisions=["int8"])])
     (p,) = _prepare(matrix, tmp_path / "cache", name="old")
-    monkeypatch.setattr(quantize_mod, "_per_channel_opset", lambda path, tmp: path)  # as before the opset fix
+    monkeypatch.setattr(quantize_mod, "_per_channel_opset", lambda path, out, what: path)  # as before the opset fix
     samples = [{"x": np.ones((1, 3, 16, 16), np.float32)}]
     with pytest.raises(CompileError, match=r"int8 quantization wrote an invalid graph: .*axis"):
         quantize_graph(p.path, "int8", samples, per_channel=True)
