@@ -49,36 +49,80 @@ def suggest_graph(path: Path, inputs: list[dict]) -> dict:
     return entry
 
 
-def control_flow(m, inputs: list[dict]) -> list[dict]:
-    """Each If of the main graph, the graph inputs its condition is computed from, and the way out: an If
-    decided by small inputs only (a sample rate, a mode flag) folds once they are `graphs[].constants`;
-    one decided by the data does not, and the graph has to be split or rewritten there."""
-    producer = {o: n for n in m.graph.node for o in n.output}
-    size = {i["name"]: i["dims"] for i in inputs}
+def control_flow(m, entry: dict) -> list[dict]:
+    """Each If (nested ones too), what its condition is computed from, and the way out: an If decided by
+    constants or by shapes folds once the shapes are static; one decided by small inputs only (a sample
+    rate, a mode flag) folds once they are `graphs[].constants`; one decided by the data does not, and
+    the graph has to be split or rewritten there."""
+    from onnx import AttributeProto
+
+    inputs = {v.name: v for v in m.graph.input}
+    producer, ifs = {}, []
+
+    def subgraphs(n):
+        for a in n.attribute:
+            yield from ([a.g] if a.type == AttributeProto.GRAPH else a.graphs)
+
+    def walk(g):
+        for n in g.node:
+            producer.update({o: n for o in n.output})
+            if n.op_type == "If":
+                ifs.append(n)
+            for sg in subgraphs(n):
+                walk(sg)
+
+    def reads(n) -> list[str]:
+        """What a node reads: its inputs, and the outer values its subgraphs use."""
+        names = [i for i in n.input if i]
+        for sg in subgraphs(n):
+            inner = {o for x in sg.node for o in x.output} | {i.name for i in sg.input} | {
+                i.name for i in sg.initializer}
+            names += [i for x in sg.node for i in reads(x) if i not in inner]
+        return names
+
+    walk(m.graph)
     found = []
-    for node in m.graph.node:
-        if node.op_type != "If":
-            continue
-        seen, todo, sources = set(), [node.input[0]], set()
+    for node in ifs:
+        seen, todo, sources, shaped = set(), [node.input[0]], set(), False
         while todo:
             name = todo.pop()
             if name in seen:
                 continue
             seen.add(name)
-            if name in size:
+            n = producer.get(name)
+            if name in inputs and n is None:
                 sources.add(name)
-            elif name in producer:
-                todo += [i for i in producer[name].input if i]
-        small = {n for n in sources if all(isinstance(d, int) for d in size[n]) and math.prod(size[n]) <= 1}
+            elif n is not None and n.op_type in ("Shape", "Size"):
+                shaped = True  # a shape, static once prepared
+            elif n is not None:
+                todo += reads(n)
+        small = {x for x in sources if _elements(inputs[x], entry) is not None and _elements(inputs[x], entry) <= 1}
         if sources and small == sources:
-            fix = ("graphs[].constants: {" + ", ".join(f"{n}: <the value your app feeds>" for n in sorted(sources))
+            moved = [x for x in sorted(sources) if x in entry.get("inputs", {})]
+            fix = (("replace inputs." + ", inputs.".join(moved) + " with " if moved else "")
+                   + "graphs[].constants: {" + ", ".join(f"{x}: <the value your app feeds>" for x in sorted(sources))
                    + "}: prepare then folds the branch away")
         elif sources:
             fix = "decided by the data: split the graph before it, or write the branch without If"
+        elif shaped:
+            fix = "decided by a shape: the static shapes prepare sets fold it"
         else:
             fix = "decided by constants only: prepare folds it"
         found.append({"node": node.name or "If", "condition_from": sorted(sources), "fix": fix})
     return found
+
+
+def _elements(v, entry: dict) -> int | None:
+    """How many elements an input has; None if unknown. A rank-1 input with a symbolic dimension counts
+    with the length the suggested entry gives it (a flag `[batch]` is one value; data has more dims)."""
+    t = v.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    dims = _dims(v)
+    if all(isinstance(d, int) for d in dims):
+        return math.prod(dims)
+    spec = entry.get("inputs", {}).get(v.name)
+    return math.prod(spec["shape"]) if spec is not None and len(dims) == 1 else None
 
 
 def inspect(path: Path, socs) -> dict:
@@ -101,7 +145,7 @@ def inspect(path: Path, socs) -> dict:
     report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
               "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
               "ops": dict(ops.most_common()), "suggested_graph": entry,
-              "control_flow": control_flow(m, inputs), "prepare": None, "htp": []}
+              "control_flow": control_flow(m, entry), "prepare": None, "htp": []}
     graph = Graph(name=entry["name"], file=entry["file"],
                   inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
     with tempfile.TemporaryDirectory() as tmp:

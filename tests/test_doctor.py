@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -342,3 +343,53 @@ def test_release_notes_say_plainly_when_there_are_no_runtime_libraries(repo, tmp
     # the ort route compiles with the QNN of onnxruntime-qnn, not the QAIRT the matrix pins: said so
     assert "> Warning: the binaries were compiled with QNN 2.51" in notes and "pins QAIRT 2.40.0.251030" in notes
     assert "warning: the binaries were compiled with QNN" in r.stderr
+
+
+def _flow(nodes, inputs, inits=()):
+    from ci_tools.inspection import _dims, control_flow, suggest_graph
+
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    records = [{"name": v.name, "dtype": "int64" if v.type.tensor_type.elem_type == TensorProto.INT64 else "float32",
+                "dims": _dims(v)} for v in m.graph.input]
+    return {c["node"]: c for c in control_flow(m, suggest_graph(Path("m.onnx"), records))}
+
+
+def _branches(tag):
+    return {"then_branch": helper.make_graph([helper.make_node("Identity", ["x"], [f"{tag}t"])], "t", [],
+                                             [helper.make_tensor_value_info(f"{tag}t", TensorProto.FLOAT, None)]),
+            "else_branch": helper.make_graph([helper.make_node("Neg", ["x"], [f"{tag}e"])], "e", [],
+                                             [helper.make_tensor_value_info(f"{tag}e", TensorProto.FLOAT, None)])}
+
+
+def test_inspect_tells_shape_data_and_flag_decided_ifs_apart():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])
+    k = [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(4, np.int64), "four")]
+    # by a shape: fixed once prepare sets static shapes
+    c = _flow([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["n"]),
+               helper.make_node("Greater", ["n", "four"], ["cond"]),
+               helper.make_node("If", ["cond"], ["y"], name="by_shape", **_branches("a"))], [x], k)["by_shape"]
+    assert c["condition_from"] == [] and "decided by a shape" in c["fix"]
+    # by the data, through another If whose branch reads x from the outer graph; the nested If is listed too
+    inner = helper.make_node("If", ["c0"], ["r"], name="nested", **_branches("b"))
+    then_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["rs"], keepdims=0),
+                                helper.make_node("Greater", ["rs", "zero"], ["c0"]), inner,
+                                helper.make_node("Greater", ["r", "zero"], ["tc"])], "t", [],
+                               [helper.make_tensor_value_info("tc", TensorProto.BOOL, None)])
+    else_g = helper.make_graph([helper.make_node("Identity", ["f"], ["ec"])], "e", [],
+                               [helper.make_tensor_value_info("ec", TensorProto.BOOL, None)])
+    flows = _flow([helper.make_node("If", ["flag"], ["cond"], name="outer", then_branch=then_g, else_branch=else_g),
+                   helper.make_node("If", ["cond"], ["y"], name="by_data", **_branches("c"))],
+                  [x, helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+                  [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                   numpy_helper.from_array(np.array(False), "f")])
+    assert flows["by_data"]["condition_from"] == ["flag", "x"] and "decided by the data" in flows["by_data"]["fix"]
+    assert flows["nested"]["condition_from"] == ["x"] and set(flows) == {"outer", "nested", "by_data"}
+    assert "graphs[].constants: {flag: " in flows["outer"]["fix"]
+    # a flag with a symbolic dim (suggested [1]) is a constant; an input without a shape is not
+    for v, small in ((helper.make_tensor_value_info("mode", TensorProto.INT64, ["batch"]), True),
+                     (helper.make_tensor_value_info("mode", TensorProto.INT64, None), False)):
+        c = _flow([helper.make_node("Cast", ["mode"], ["mb"], to=TensorProto.BOOL),
+                   helper.make_node("If", ["mb"], ["y"], name="by_mode", **_branches("d"))], [x, v])["by_mode"]
+        assert ("replace inputs.mode with graphs[].constants: {mode: " in c["fix"]) is small, c
