@@ -236,11 +236,14 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         model_targets = [t for t in model_targets if t.id not in records]
         inputs: dict[tuple[str, str], tuple[list | None, list | None, str | None]] = {}
         precompiled: dict[tuple[str, str], Path | None] = {}
+        unconverted: dict[tuple[str, str], QnnReleaseError] = {}  # graph x precision whose precompile failed
         for t in model_targets:
             if precompile_only and (t.graph, t.precision) in precompiled:
                 continue
             prep, gp = preps[t.graph], (t.graph, t.precision)
             try:
+                if gp in unconverted:  # once per graph and precision, not once per chip
+                    raise unconverted[gp]
                 if gp not in inputs:
                     real = _real_inputs(loaded, m, prep, src, t.precision)
                     samples = (real or _generated(m, prep)) if t.precision != "fp16" else None
@@ -257,9 +260,14 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                     continue
                 if gp not in precompiled:  # chip-independent work, only when some chip needs it
                     t0 = time.monotonic()
-                    precompiled[gp] = route.precompile(prep, t.precision, samples, chash,
-                                                       per_channel=m.calibration.per_channel)
-                    precompile_seconds += time.monotonic() - t0
+                    try:
+                        precompiled[gp] = route.precompile(prep, t.precision, samples, chash,
+                                                           per_channel=m.calibration.per_channel)
+                    except QnnReleaseError as e:
+                        unconverted[gp] = e
+                        raise
+                    finally:
+                        precompile_seconds += time.monotonic() - t0
                     if precompile_only:
                         done.append({"model": m.name, "graph": t.graph, "precision": t.precision,
                                      "precompile_run": _precompile_run(precompiled[gp])})
