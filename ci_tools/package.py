@@ -30,6 +30,7 @@ from .report import replace_dir, write_atomic, write_json
 from .report_page import write_page
 from .sources import sha256_file
 from .templating import render
+from .verify import VERDICTS, verdict
 
 RELEASE_DIR = "release"
 
@@ -168,6 +169,13 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         raise PackageError(f"--require-verified: {len(unverified)} target(s) were never run on the HTP emulator: "
                            + ", ".join(unverified[:6]) + (" ..." if len(unverified) > 6 else ""),
                            hint="build them with a route that has an emulator (qnn-net-run in the SDK, or ort)")
+    generated = sorted({r["model"] for records in complete.values() for r in records
+                        if verdict(r) == "generated-inputs"
+                        and not loaded.matrix.model(r["model"]).generated_inputs_ok})
+    if require_verified and generated:
+        raise PackageError(f"--require-verified: {', '.join(generated)} verified on generated inputs only",
+                           hint="give the model real samples (`samples:` in the matrix), or say why generated "
+                                "inputs are enough with `generated_inputs_ok: <why>`")
 
     # the consistency gate: compiled SDK and chip, read back from every binary's stub
     offenders, sdks, archs = [], set(), set()
@@ -254,8 +262,8 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                                "context_onnx": target["context_onnx"], "binary": binary.name,
                                "size": binary.stat().st_size, "sha256": sha256_file(binary)})
                 # a transcript verification adds its numbers to the report after the target was written
-                target = {**target, **{k: r[k] for k in ("verified", "parity", "emulator_seconds", "transcript")
-                                       if r.get(k) is not None}}
+                target = {**target, **{k: r[k] for k in ("verified", "verified_on", "parity", "emulator_seconds",
+                                                         "transcript") if r.get(k) is not None}}
                 emu = target.get("emulator_seconds")
                 numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
                                    "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
@@ -298,6 +306,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
                            "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
                            "graphs": [g["name"] for g in graphs], "qnn_libs": libs_name,
                            "verified": all(r.get("verified") for r in records),
+                           "verified_on": _weakest(verdict(r) for r in records),
                            "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
                            "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)})
         for a in assets:
@@ -344,16 +353,26 @@ def _sdk_warnings(loaded: LoadedMatrix, compiled: set[str]) -> list[str]:
             f"needs the runtime libraries of {', '.join(other)}"]
 
 
+def _weakest(verdicts) -> str:
+    """An archive of several graphs is only as verified as its least verified graph."""
+    order = list(VERDICTS)
+    return max(verdicts, key=order.index, default="not-verified")
+
+
 def verification(model: Model, target: dict) -> dict | None:
-    """What a target's parity was measured on: the model's real inputs, or generated ones."""
+    """What a target's parity was measured on: the model's real samples, or generated inputs."""
     if not target.get("verified"):
         return None
+    v = verdict(target)
     if target.get("transcript"):  # verified by what the chip's graphs transcribe from the model's clips
-        return {"inputs": "real", "source": model.verify.clips, "samples": len(target["transcript"]["clips"]),
-                "passed_by": None}
-    real = model.calibration.path
-    return {"inputs": "real" if real else "generated", "source": real or f"seed {model.calibration.seed}",
-            "description": target.get("verify_inputs"),
+        return {"inputs": "real" if v == "real-samples" else "generated", "verdict": v,
+                "source": model.verify.clips, "samples": len(target["transcript"]["clips"]), "passed_by": None,
+                "description": "espeak-ng speech clips (transcript against CPU)"}
+    real = v == "real-samples"
+    source = (model.calibration.path if model.samples is None else model.samples.description) if real else \
+        f"seed {model.calibration.seed}"
+    return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
+            "description": target.get("verify_inputs"), "files": (target.get("samples") or {}).get("files"),
             "samples": target.get("verify_samples"), "passed_by": target.get("passed_by")}
 
 

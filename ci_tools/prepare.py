@@ -23,7 +23,7 @@ from .metrics import Parity, compare, worst
 from .report import write_json
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
-PREPARE_VERSION = 3  # bump when the preparation changes what it writes
+PREPARE_VERSION = 4  # bump when the preparation changes what it writes
 PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_DATA_ABOVE = 1_800_000_000  # leave room below protobuf's 2 GB for the graph itself
 
@@ -117,6 +117,10 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
     if cast_inputs:
         notes.append(f"int64 inputs now int32 (Cast inside the graph): {', '.join(cast_inputs)}")
     m = _simplify(m, what, notes, work / model.name / graph.name)
+    powers = _integer_pow_to_mul(m)
+    if powers:
+        notes.append(f"Pow(x, n) with n in 1..4 now multiplications: {powers} node(s) (exact on CPU; HTP's Pow of "
+                     "-0 gives -4 for n=2, which turned silero-vad's speech probability into -98304)")
     if _parameters(m) > 1.05 * source_parameters > 0:
         notes.append(f"the prepared graph holds {_parameters(m):,} weight values, the source {source_parameters:,}: "
                      "constant folding made copies (e.g. a transpose of a weight shared by two ops); the binary "
@@ -216,6 +220,44 @@ def _clip_to_max_min(m) -> int:
         changed += 1
     del m.graph.node[:]
     m.graph.node.extend(nodes)
+    return changed
+
+
+def _integer_pow_to_mul(m) -> int:
+    """Pow(x, n) for a constant n in {1, 2, 3, 4} -> Identity / Mul chains, in every graph.
+
+    Bit-identical on CPU. On HTP, ElementWisePower of fp16 -0 returns -4 (n=2), 16 (n=4) and 131008
+    (n=1) where Mul(-0, -0) = +0 (measured on v73-v81, QNN 2.51: shared/audits/vad-htp-root-cause.md);
+    any square of a value that can round to -0 (a variance, an STFT magnitude) is exposed.
+    """
+    from onnx import helper, numpy_helper
+
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    nodes, changed = [], 0
+    for n in m.graph.node:
+        e = consts.get(n.input[1]) if n.op_type == "Pow" and len(n.input) == 2 else None
+        k = float(np.asarray(e).ravel()[0]) if e is not None and np.asarray(e).size == 1 else None
+        if k not in (1.0, 2.0, 3.0, 4.0):
+            nodes.append(n)
+            continue
+        x, y, base = n.input[0], n.output[0], n.name or n.output[0]
+        if k == 1.0:
+            nodes.append(helper.make_node("Identity", [x], [y], name=f"{base}_pow1"))
+        elif k == 2.0:
+            nodes.append(helper.make_node("Mul", [x, x], [y], name=f"{base}_sq"))
+        elif k == 3.0:
+            nodes.append(helper.make_node("Mul", [x, x], [f"{base}_sq"], name=f"{base}_sq"))
+            nodes.append(helper.make_node("Mul", [f"{base}_sq", x], [y], name=f"{base}_cube"))
+        else:
+            nodes.append(helper.make_node("Mul", [x, x], [f"{base}_sq"], name=f"{base}_sq"))
+            nodes.append(helper.make_node("Mul", [f"{base}_sq", f"{base}_sq"], [y], name=f"{base}_sq2"))
+        changed += 1
+    if changed:
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
     return changed
 
 

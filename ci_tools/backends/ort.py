@@ -7,6 +7,7 @@ binary is for the chip that was asked for.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -88,19 +89,36 @@ class OrtBackend:
                              logs=[log] if log.is_file() else [])
 
     def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]):
+        outs, seconds = [], []
+        with self.stepper(job, result) as step:
+            for f in feeds:
+                t = time.monotonic()
+                outs.append(step(f))
+                seconds.append(time.monotonic() - t)
+        return outs, float(np.median(seconds))
+
+    @contextlib.contextmanager
+    def stepper(self, job: CompileJob, result: CompileResult):
+        """One emulator session for many runs (a stream's steps): yields ``step(feed) -> outputs``."""
         ort, _ = qnn_ep._ort()
         so = qnn_ep.session_options(allow_cpu_fallback=False, options=self._options(job, for_run=True))
         log = job.out_dir / "logs" / "emulator.log"
-        try:
-            with qnn_ep.native_log(log):
+        names = [o.name for o in job.prepared.outputs]
+
+        def failed(e: Exception) -> CompileError:
+            return CompileError(f"{job.target_id}: the HTP emulator could not run the binary: "
+                                f"{qnn_ep._first_line(e)}", hint=f"full log: {log}")
+
+        with qnn_ep.native_log(log):
+            try:
                 sess = ort.InferenceSession(str(result.context_onnx), sess_options=so)
-                names = [o.name for o in job.prepared.outputs]
-                outs, seconds = [], []
-                for f in feeds:
-                    t = time.monotonic()
-                    outs.append(sess.run(names, f))
-                    seconds.append(time.monotonic() - t)
-        except Exception as e:
-            raise CompileError(f"{job.target_id}: the HTP emulator could not run the binary: "
-                               f"{qnn_ep._first_line(e)}", hint=f"full log: {log}") from None
-        return outs, float(np.median(seconds))
+            except Exception as e:
+                raise failed(e) from None
+
+            def step(feed):
+                try:
+                    return sess.run(names, feed)
+                except Exception as e:
+                    raise failed(e) from None
+
+            yield step

@@ -1,0 +1,293 @@
+"""A model's real samples: pinned files of its kind, turned into graph inputs by a declared front end.
+
+Audio (WAV -> float or int16 scale, resampled, cut into windows with a hop and leading context),
+images (decoded, resized, normalised, in the graph's layout) or ``.npz`` tensors. A stateful graph
+(``samples.stream``) gets each recording as one stream of consecutive steps; the inputs an output is
+carried into start at zeros, and are filled from the previous step by whoever runs the stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError
+from .matrix import AudioFrontEnd, ImageFrontEnd, Model, Samples, Stream
+
+SAMPLES_VERSION = 1  # bump when a front end changes the arrays it makes
+EXTENSIONS = {"audio": (".wav",), "image": (".png", ".jpg", ".jpeg", ".bmp", ".webp"), "npz": (".npz",)}
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """The inputs of one graph made from real samples: one stream per sample (a stateless graph's
+    stream has one step), with where they came from."""
+
+    streams: list[tuple[str, list[dict[str, np.ndarray]]]]
+    files: dict[str, str]  # sample file -> sha256
+    note: str  # what the report and metadata.json say the verification ran on
+    stream: Stream | None = None
+
+    @property
+    def feeds(self) -> list[dict[str, np.ndarray]]:
+        return [f for _, steps in self.streams for f in steps]
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256(json.dumps({"v": SAMPLES_VERSION, "files": self.files,
+                                       "stream": self.stream.model_dump(mode="json") if self.stream else None},
+                                      sort_keys=True).encode())
+        for name, steps in self.streams:
+            h.update(name.encode())
+            for f in steps:
+                for k in sorted(f):
+                    h.update(k.encode())
+                    h.update(np.ascontiguousarray(f[k]).tobytes())
+        return h.hexdigest()
+
+    def as_dict(self) -> dict:
+        return {"note": self.note, "files": self.files, "streams": [[n, len(s)] for n, s in self.streams],
+                "stateful": self.stream is not None}
+
+
+def graph_uses(samples: Samples, graph: str, input_names: list[str]) -> bool:
+    if samples.graphs is not None:
+        return graph in samples.graphs
+    return samples.front_end.kind == "npz" or samples.front_end.input in input_names
+
+
+def make_samples(model: Model, graph: str, inputs, files: dict[str, Path]) -> SampleSet | None:
+    """``inputs``: the prepared graph's TensorInfo list; ``files``: sample name -> verified blob."""
+    s = model.samples
+    if s is None or not graph_uses(s, graph, [t.name for t in inputs]):
+        return None
+    what = f"{model.name}: samples"
+    by_name = {t.name: t for t in inputs}
+    fe = s.front_end
+    if fe.kind != "npz" and fe.input not in by_name:
+        raise ConfigError(f"{what}.front_end.input: graph '{graph}' has no input '{fe.input}'",
+                          hint=f"inputs: {', '.join(by_name)}")
+    if s.stream is not None:
+        for out, inp in s.stream.carry.items():
+            if inp not in by_name:
+                raise ConfigError(f"{what}.stream.carry.{out}: graph '{graph}' has no input '{inp}'",
+                                  hint=f"inputs: {', '.join(by_name)}")
+    from .sources import sha256_file
+
+    files = {n: p for n, p in files.items() if n.lower().endswith(EXTENSIONS[fe.kind])}
+    if not files:
+        raise ConfigError(f"{what}.source: no {fe.kind} file among the source's files",
+                          hint=f"{fe.kind} samples are files ending in {', '.join(EXTENSIONS[fe.kind])}")
+    shas = {name: sha256_file(p) for name, p in sorted(files.items())}
+    streams: list[tuple[str, list[dict[str, np.ndarray]]]] = []
+    for name, path in sorted(files.items()):
+        if fe.kind == "audio":
+            steps = _audio_steps(fe, path, name, by_name, what)
+        elif fe.kind == "image":
+            steps = [_image_feed(fe, path, name, by_name, what)]
+        else:
+            steps = [_npz_feed(path, name, inputs, what)]
+        if s.stream is not None:
+            streams.append((name, steps))
+        else:  # stateless: each window or image is a sample of its own
+            streams += [(f"{name}#{i}" if len(steps) > 1 else name, [f]) for i, f in enumerate(steps)]
+    if not streams:
+        raise ConfigError(f"{what}: the sample files give no input", hint="check the files and the front end")
+    if s.stream is None and len(streams) > s.max_samples:  # spread over the files, not the first ones only
+        idx = np.linspace(0, len(streams) - 1, s.max_samples).round().astype(int)
+        streams = [streams[i] for i in sorted(set(idx.tolist()))]
+    elif s.stream is not None:
+        streams = streams[: s.max_samples]
+    kind = {"audio": "recordings", "image": "images", "npz": "tensor files"}[fe.kind]
+    steps = sum(len(st) for _, st in streams)
+    how = f"{len(streams)} streams, {steps} steps" if s.stream else f"{steps} samples"
+    note = (f"real samples: {s.description} ({len(files)} {kind}, {how}; {_where(s.source)}; licence {s.license})")
+    return SampleSet(streams=streams, files=shas, note=note, stream=s.stream)
+
+
+def _where(src) -> str:
+    kind = src.kind
+    if kind == "parts":
+        return ", ".join(_where(sub) for sub in src.sources)
+    if kind == "pip":
+        return f"pip {src.package}" + (" sdist" if src.archive == "sdist" else "")
+    if kind == "hf":
+        return f"hf {src.repo}@{src.revision[:12]}"
+    if kind == "url":
+        return src.url
+    return src.path
+
+
+def _zeros(t) -> np.ndarray:
+    return np.zeros(t.shape, dtype=np.dtype(t.dtype))
+
+
+def read_wav(path: Path, what: str) -> tuple[np.ndarray, int]:
+    """Mono float audio in [-1, 1) and its rate; PCM 8/16/24/32-bit or IEEE float 32-bit WAV."""
+    data = path.read_bytes()
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
+            raw = w.readframes(w.getnframes())
+        if width == 1:
+            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
+        elif width == 3:
+            b = np.frombuffer(raw, np.uint8).reshape(-1, 3)
+            x = ((b[:, 0].astype(np.int32) | (b[:, 1].astype(np.int32) << 8) | (b[:, 2].astype(np.int32) << 16))
+                 << 8 >> 8).astype(np.float32) / 2**23
+        else:
+            x = np.frombuffer(raw, {2: "<i2", 4: "<i4"}[width]).astype(np.float32) / 2 ** (8 * width - 1)
+    except wave.Error as e:
+        if "unknown format: 3" not in str(e):
+            raise ConfigError(f"{what}: not a WAV file the front end reads: {e}",
+                              hint="PCM or 32-bit float WAV; convert others with `sox in.flac out.wav`") from None
+        x, rate, channels = _float_wav(data, what)
+    if channels > 1:
+        x = x.reshape(-1, channels).mean(axis=1)
+    return x.astype(np.float32), rate
+
+
+def _float_wav(data: bytes, what: str) -> tuple[np.ndarray, int, int]:
+    import struct
+
+    pos, rate, channels, bits = 12, 0, 1, 0
+    while pos + 8 <= len(data):
+        cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
+        body = data[pos + 8:pos + 8 + size]
+        if cid == b"fmt ":
+            _, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
+        elif cid == b"data":
+            if bits != 32:
+                break
+            return np.frombuffer(body[: len(body) // 4 * 4], "<f4").copy(), rate, channels
+        pos += 8 + size + (size & 1)
+    raise ConfigError(f"{what}: a float WAV the front end does not read ({bits}-bit)", hint="use 32-bit float or PCM")
+
+
+def resample(x: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """Band-limited resampling by the FFT (exact for periodic signals; fine for verification inputs)."""
+    if rate == to:
+        return x
+    n = round(len(x) * to / rate)
+    spec = np.fft.rfft(x.astype(np.float64))
+    keep = min(len(spec), n // 2 + 1)
+    out = np.zeros(n // 2 + 1, dtype=complex)
+    out[:keep] = spec[:keep]
+    return (np.fft.irfft(out, n) * (n / len(x))).astype(np.float32)
+
+
+def audio_windows(fe: AudioFrontEnd, x: np.ndarray, window: int) -> list[np.ndarray]:
+    hop = fe.hop or (window - fe.context)
+    if hop <= 0:
+        raise ConfigError(f"front_end: hop {hop} (window {window} - context {fe.context}) must be > 0",
+                          hint="set front_end.hop")
+    x = np.concatenate([np.zeros(fe.context, np.float32), x])
+    if len(x) < window:
+        x = np.concatenate([x, np.zeros(window - len(x), np.float32)])
+    starts = range(0, len(x) - window + 1, hop)
+    return [x[s:s + window] for s in list(starts)[: fe.max_steps]]
+
+
+def _audio_steps(fe: AudioFrontEnd, path: Path, name: str, by_name: dict, what: str) -> list[dict[str, np.ndarray]]:
+    t = by_name[fe.input]
+    window = fe.window or int(np.prod(t.shape))
+    if int(np.prod(t.shape)) != window:
+        raise ConfigError(f"{what}.front_end.window: {window} samples do not fit input '{t.name}' {t.shape}",
+                          hint=f"the window must be {int(np.prod(t.shape))} samples")
+    x, rate = read_wav(path, f"{what}: {name}")
+    x = resample(x, rate, fe.sample_rate)
+    if fe.scale == "int16":
+        x = np.clip(np.round(x * 32768), -32768, 32767)
+    steps = []
+    for w in audio_windows(fe, x, window):
+        feed = {n: _zeros(i) for n, i in by_name.items()}
+        feed[t.name] = w.reshape(t.shape).astype(np.dtype(t.dtype))
+        steps.append(feed)
+    return steps
+
+
+def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: str) -> dict[str, np.ndarray]:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError(f"{what}: image samples need Pillow", hint="pip install pillow") from None
+    t = by_name[fe.input]
+    if len(t.shape) != 4:
+        raise ConfigError(f"{what}.front_end: input '{t.name}' {t.shape} is not an image batch [1, C, H, W]")
+    c, h, w = (t.shape[1], t.shape[2], t.shape[3]) if fe.layout == "nchw" else (t.shape[3], t.shape[1], t.shape[2])
+    try:
+        with Image.open(path) as im:
+            im = im.convert("L" if fe.channels == "gray" else "RGB")
+            if fe.resize == "stretch":
+                im, width = im.resize((w, h), Image.BILINEAR), w
+            else:
+                width = max(1, min(w, int(np.ceil(h * im.width / im.height))))
+                im = im.resize((width, h), Image.BILINEAR)
+            a = np.asarray(im, dtype=np.float32)
+    except OSError as e:
+        raise ConfigError(f"{what}: {name} is not an image Pillow reads: {e}") from None
+    a = a[:, :, None] if a.ndim == 2 else a
+    if fe.channels == "bgr":
+        a = a[:, :, ::-1]
+    if a.shape[2] != c:
+        raise ConfigError(f"{what}.front_end.channels: {fe.channels} gives {a.shape[2]} channels, input "
+                          f"'{t.name}' takes {c}")
+    mean = np.resize(np.asarray(fe.mean, np.float32), c)
+    std = np.resize(np.asarray(fe.std, np.float32), c)
+    a = (a * fe.scale - mean) / std
+    full = np.full((h, w, c), fe.pad, np.float32)
+    full[:, : a.shape[1]] = a[:, :w]
+    arr = full.transpose(2, 0, 1)[None] if fe.layout == "nchw" else full[None]
+    feed = {n: _zeros(i) for n, i in by_name.items()}
+    feed[t.name] = arr.astype(np.dtype(t.dtype))
+    return feed
+
+
+def _npz_feed(path: Path, name: str, inputs, what: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{what}: {name} is not a readable .npz: {e}") from None
+    feed = {}
+    for t in inputs:
+        if t.name not in arrays:
+            raise ConfigError(f"{what}: {name} has no array for input '{t.name}'", hint=f"arrays: {', '.join(arrays)}")
+        if list(arrays[t.name].shape) != list(t.shape):
+            raise ConfigError(f"{what}: {name}: input {t.name} has shape {list(arrays[t.name].shape)}, "
+                              f"the graph takes {t.shape}")
+        feed[t.name] = arrays[t.name].astype(np.dtype(t.dtype))
+    return feed
+
+
+def run_stream(run_step, steps: list[dict[str, np.ndarray]], carry: dict[str, str], output_names: list[str]
+               ) -> tuple[list[dict[str, np.ndarray]], list[list[np.ndarray]]]:
+    """Run ``steps`` in order, feeding each carried output into its input at the next step, as an app
+    does; returns the feeds as run and the outputs of every step."""
+    fed: list[dict[str, np.ndarray]] = []
+    outs: list[list[np.ndarray]] = []
+    state: dict[str, np.ndarray] = {}
+    for feed in steps:
+        f = dict(feed)
+        for out_name, inp in carry.items():
+            if out_name in state:
+                f[inp] = state[out_name].reshape(f[inp].shape).astype(f[inp].dtype)
+        got = run_step(f)
+        fed.append(f)
+        outs.append(got)
+        state = {n: np.asarray(v) for n, v in zip(output_names, got) if n in carry}
+    return fed, outs
+
+
+def calibration_feeds(sample_set: SampleSet, cpu_step, output_names: list[str]) -> list[dict[str, np.ndarray]]:
+    """The feeds a quantizer should see: a stream's steps with the state CPU carries into them."""
+    if sample_set.stream is None:
+        return sample_set.feeds
+    return [f for _, steps in sample_set.streams
+            for f in run_stream(cpu_step, steps, sample_set.stream.carry, output_names)[0]]

@@ -1,0 +1,173 @@
+"""Verification on real data: samples from pinned files through a front end, streams for stateful graphs,
+the fp16 range check before any chip, honest verdicts, and a cache that re-verifies when samples change."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import wave
+
+import numpy as np
+import pytest
+
+from ci_tools.matrix import Stream, Thresholds
+from ci_tools.verify import check_streams, judge
+from tests import models
+from tests.conftest import REPO, path_model, run_cli, write_matrix
+
+TH = Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=0.03)
+VAD_STREAM = Stream(carry={"stateN": "state"}, decisions={"output": 0.5}, range={"output": [0, 1]})
+
+
+def _streams(probs: list[float], state_scale: float = 1.0):
+    """One stream of (output [1, 1], stateN [2, 1, 4]) steps."""
+    return [[np.array([[p]], np.float32), np.full((2, 1, 4), p * state_scale, np.float32)] for p in probs]
+
+
+def test_a_stream_with_htp_garbage_fails_naming_the_output_the_sample_and_the_step():
+    cpu = _streams([0.01, 0.2, 0.9, 0.95, 0.3, 0.05])
+    htp = _streams([0.01, 0.2, 0.9, 0.95, 0.3, 0.05])
+    htp[3][0] = np.array([[-98304.01]], np.float32)  # what HTP's Pow(-0, 2) cascade made of silero-vad
+    with pytest.raises(Exception) as e:
+        check_streams("vad", ["output", "stateN"], ["speech.wav"], [cpu], [htp], TH, VAD_STREAM, 0.01)
+    msg = str(e.value)
+    assert "output 'output'" in msg and "speech.wav step 3" in msg
+    assert "outside [0, 1]" in msg and "beyond fp16" in msg
+
+
+def test_one_ulp_above_one_is_in_range_and_decision_flips_count():
+    probs = [0.1, 0.6, 0.9, 1.0, 0.4, 0.2] * 20
+    cpu = _streams(probs)
+    htp = _streams([float(np.nextafter(np.float32(p), np.float32(2))) for p in probs])  # HTP's +1 ulp
+    v = check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [htp], TH, VAD_STREAM, 0.01)
+    assert v.per_output["output"]["decision_flips"] == 0 and v.samples == len(probs)
+    assert "state_drift" in v.per_output["stateN"]
+    flipped = _streams([0.49 if p == 0.6 else p for p in probs])  # 20 of 120 decisions at 0.5 differ
+    with pytest.raises(Exception) as e:
+        check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [flipped], Thresholds(max_abs=0.2),
+                      VAD_STREAM, 0.01)
+    assert "20 of 120 decisions at 0.5 differ" in str(e.value)
+
+
+def test_max_abs_is_no_pass_when_an_all_zero_output_would_pass_too():
+    ref = np.full(16, 3.7e-4)  # a detector's map on generated inputs: its peak is below the tolerance
+    assert judge(ref, np.zeros(16), Thresholds(min_cosine=0.999))["failures"]
+    d = judge(ref, np.zeros(16), Thresholds(min_cosine=0.999, max_abs=1e-3))
+    assert d["failures"] and "an all-zero output would pass too" in d["failures"][-1]
+    ref = np.linspace(0, 1, 16)  # a real range: the tolerance is meaningful
+    d = judge(ref, ref + 5e-4 * np.sign(np.sin(np.arange(16))), Thresholds(min_cosine=1.0, max_abs=1e-3))
+    assert d["failures"] == [] and d["passed_by"] == "max_abs"
+
+
+def test_prepare_rewrites_integer_powers_exactly(tmp_path):
+    import onnx
+
+    from ci_tools.matrix import Graph, Model
+    from ci_tools.prepare import prepare, run_cpu
+
+    f = models.rms_norm(tmp_path / "rms.onnx")
+    m = Model.model_validate(path_model(tmp_path, "rms", f, chips=["SM8750"]))
+    p = prepare(m, Graph(name="main", file="rms.onnx"), tmp_path, tmp_path / "work", "x" * 64)
+    ops = {n.op_type for n in onnx.load(str(p.path)).graph.node}
+    assert "Pow" not in ops and "Mul" in ops
+    x = {"x": np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)}
+    assert np.array_equal(run_cpu(p.path, [x])[0][0], run_cpu(f, [x])[0][0])  # bit-identical on CPU
+    assert any("Pow(x, n)" in n for n in p.notes)
+
+
+def _npz_samples(folder, scale: float, n: int = 3):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    for i in range(n):
+        np.savez(folder / f"s{i}.npz", x=(rng.standard_normal((1, 64)) * scale).astype(np.float32))
+
+
+def _build(tmp_path, model, *extra):
+    matrix = write_matrix(tmp_path, [model])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), *extra,
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")})
+    return r, json.loads((out / "build-report.json").read_text())["targets"][0]
+
+
+def _path_samples(tmp_path, files: list[str], **front_end):
+    from ci_tools.sources import sha256_file
+
+    parts = [{"kind": "path", "path": f, "sha256": sha256_file(tmp_path / f)} for f in files]
+    return {"description": "test samples", "license": "CC0-1.0",
+            "source": parts[0] if len(parts) == 1 else {"kind": "parts", "sources": parts},
+            "front_end": front_end or {"kind": "npz"}}
+
+
+@pytest.mark.emulator
+def test_adding_real_samples_reverifies_and_fp16_overflow_is_named_before_any_chip(tmp_path):
+    pytest.importorskip("onnxruntime_qnn")
+    (tmp_path / "models").mkdir()
+    f = models.rms_norm(tmp_path / "models" / "rms.onnx")
+    base = path_model(tmp_path, "rms", f, chips=["SM8750"])
+    r, t = _build(tmp_path, base)  # generated [-1, 1): squares stay small, HTP agrees
+    assert r.returncode == 0, t.get("error")
+    assert t["verified_on"] == "generated-inputs" and "generated only" in r.stdout
+
+    _npz_samples(tmp_path / "samples", scale=400.0)  # real activations of a few hundred: mean of squares 1.6e5
+    files = [f"samples/s{i}.npz" for i in range(3)]
+    r, t = _build(tmp_path, {**base, "samples": _path_samples(tmp_path, files)})
+    assert r.returncode == 8 and t["status"] == "failed", "new samples must re-verify, never come back cached"
+    assert "fp16 refused" in t["error"] and "mean_of_squares" in t["error"] and "beyond fp16's 65504" in t["error"]
+    assert "options.fp16_overflow_ok" in t["error"] and t["fp16_range"][0]["path"][-1] == "output 'y'"
+    r, t = _build(tmp_path, {**base, "samples": _path_samples(tmp_path, files)})  # and again: still failed
+    assert r.returncode == 8 and t["status"] == "failed"
+    assert not (tmp_path / "dist" / "rms.main.sm8750.fp16" / "target.json").exists(), "a failed target looks built"
+
+    _npz_samples(tmp_path / "samples", scale=1.0)  # samples in range: verified on real samples
+    r, t = _build(tmp_path, {**base, "samples": _path_samples(tmp_path, files)})
+    assert r.returncode == 0, t.get("error")
+    assert t["verified_on"] == "real-samples" and t["verify_samples"] == 3 and "real samples" in r.stdout
+
+
+def _wav(path, x: np.ndarray, rate: int = 16000):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(x, -1, 1 - 2**-15) * 32768).astype("<i2").tobytes())
+
+
+def test_audio_front_end_windows_with_context_and_resampling(tmp_path):
+    from ci_tools.matrix import AudioFrontEnd
+    from ci_tools.samples import audio_windows, read_wav, resample
+
+    x = np.sin(np.arange(8000) / 8000 * 2 * np.pi * 440).astype(np.float32) * 0.5
+    _wav(tmp_path / "a.wav", x, rate=8000)
+    y, rate = read_wav(tmp_path / "a.wav", "a.wav")
+    assert rate == 8000 and np.max(np.abs(y - x)) < 1e-4
+    z = resample(y, 8000, 16000)
+    assert len(z) == 16000 and abs(float(np.max(np.abs(z))) - 0.5) < 0.01
+    fe = AudioFrontEnd(kind="audio", input="input", window=576, context=64)
+    w = audio_windows(fe, z, 576)
+    assert all(len(a) == 576 for a in w) and np.all(w[0][:64] == 0) and np.array_equal(w[1][:64], w[0][-64:])
+    assert len(w) == 16000 // 512
+
+
+@pytest.mark.network
+def test_demo_vad_streams_recorded_speech_and_a_fixed_graph_passes(tmp_path, cache_dir):
+    """The demo's silero-vad, streamed over a committed speech clip on which the unrewritten graph gives
+    -98304 on HTP (compile.wav step 20): the build verifies it on real samples, with no value outside [0, 1]."""
+    pytest.importorskip("onnxruntime_qnn")
+    import yaml
+
+    demo = yaml.safe_load((REPO / "matrix" / "models.yaml").read_text())
+    vad = next(m for m in demo["models"] if m["name"] == "silero-vad")
+    shutil.copy(REPO / "clips" / "whisper" / "compile.wav", tmp_path / "compile.wav")
+    vad["samples"] = {**vad["samples"], **_path_samples(tmp_path, ["compile.wav"], **vad["samples"]["front_end"]),
+                      "stream": vad["samples"]["stream"]}
+    vad["chips"] = ["SM8550"]
+    matrix = write_matrix(tmp_path, [vad])
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(tmp_path / "dist"),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(cache_dir)})
+    t = json.loads((tmp_path / "dist" / "build-report.json").read_text())["targets"][0]
+    assert r.returncode == 0, t.get("error")
+    out = t["per_output"]["output"]
+    assert t["verified_on"] == "real-samples" and "outside_range" not in out and out["decision_flips"] == 0
+    assert out["worst_step"]["max_abs"] < 0.03 and t["verify_samples"] > 100
