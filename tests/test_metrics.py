@@ -44,7 +44,9 @@ def test_check_fails_below_threshold_and_passes_above():
     bad = [[ref[0][0][::-1].copy()]]
     t = thresholds_for(Options(), "fp16")
     assert check("t", ["y"], ref, good, t, 0.1).parity.cosine > 0.999
-    assert check("t", ["y"], [[ref[0][0] * 1e-4]], [[ref[0][0][::-1] * 1e-4]], t, 0.1)  # within max_abs
+    with pytest.raises(VerifyError, match="all-zero output would pass too"):  # within max_abs, but so is zero
+        check("t", ["y"], [[ref[0][0] * 1e-4]], [[ref[0][0][::-1] * 1e-4]], t, 0.1)
+    assert check("t", ["y"], [[ref[0][0] * 1e-2]], [[ref[0][0] * 1e-2 + 5e-4]], t, 0.1)  # within max_abs << peak
     with pytest.raises(VerifyError, match="cosine"):
         check("t", ["y"], ref, bad, t, 0.1)
     with pytest.raises(VerifyError, match="elements"):

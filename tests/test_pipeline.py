@@ -41,7 +41,8 @@ def _repo(tmp_path: Path, chips=("SM8750", "SM8550"), name="m", pins=PINS) -> Pa
                                  "file": "v2.40.0.251030.zip", **pins}], "onnxruntime_qnn": "2.7.0"},
               "models": [{"name": name, "description": "test", "license": "MIT",
                           "source": {"kind": "path", "path": "models/m.onnx", "sha256": sha256_file(f)},
-                          "graphs": [{"name": "enc", "file": "m.onnx"}], "chips": list(chips)}]}
+                          "graphs": [{"name": "enc", "file": "m.onnx"}], "chips": list(chips),
+                          "generated_inputs_ok": "a random-weight test MLP: it has no data of its own"}]}
     (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     return repo
 

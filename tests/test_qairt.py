@@ -328,7 +328,8 @@ def test_package_of_a_qairt_build_names_assets_by_the_pinned_version_and_checks_
     """audit #8 (stamped buildId) and issue 9 (the gate compares the SDK's sha256, not only its version)."""
     (tmp_path / "models").mkdir()
     f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
-    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"])])
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"],
+                                                generated_inputs_ok="a random-weight MLP has no data of its own")])
     (sdk / ".qnn-release-sdk.json").write_text(json.dumps({"sha256": "1" * 64, "version": sdk.name}))
     r, rep, out = _build(tmp_path, sdk, matrix)
     assert r.returncode == 0, r.stderr

@@ -109,6 +109,11 @@ def test_adding_real_samples_reverifies_and_fp16_overflow_is_named_before_any_ch
     r, t = _build(tmp_path, base)  # generated [-1, 1): squares stay small, HTP agrees
     assert r.returncode == 0, t.get("error")
     assert t["verified_on"] == "generated-inputs" and "generated only" in r.stdout
+    env = {**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
+    r = run_cli("package", "--matrix", str(tmp_path / "matrix" / "models.yaml"), "--out", str(tmp_path / "dist"),
+                "--require-verified", env=env)
+    assert r.returncode == 9 and "rms verified on generated inputs only" in r.stderr
+    assert "generated_inputs_ok" in r.stderr
 
     _npz_samples(tmp_path / "samples", scale=400.0)  # real activations of a few hundred: mean of squares 1.6e5
     files = [f"samples/s{i}.npz" for i in range(3)]
