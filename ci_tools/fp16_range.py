@@ -48,30 +48,7 @@ class Finding:
 def scan(model_path: Path, feeds: list[dict[str, np.ndarray]], names: list[str]) -> list[Finding]:
     """Every node that overflows fp16 (or underflows where a zero breaks a later op) on ``feeds``;
     the first of a chain is listed first (topological order)."""
-    import onnx
-    import onnxruntime as ort
-
-    m = onnx.load(str(model_path))
-    try:
-        m = onnx.shape_inference.infer_shapes(m)
-    except Exception:  # noqa: S110 - types of intermediates are a help, not a need
-        pass
-    floats = {v.name: v.type.tensor_type.elem_type for v in list(m.graph.value_info) + list(m.graph.output)
-              if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
-    outputs = {o.name for o in m.graph.output}
-    producer, consumers = {}, {}
-    for n in m.graph.node:
-        for o in n.output:
-            producer[o] = n
-        for k, i in enumerate(n.input):
-            consumers.setdefault(i, []).append((n, k))
-    watch = [o for n in m.graph.node for o in n.output if o in floats and o not in outputs]
-    for name in watch:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(name, floats[name], None))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+    m, sess, consumers, outputs = watched_session(model_path)
     out_names = [o.name for o in sess.get_outputs()]
     peak: dict[str, tuple[float, str]] = {}
     tiny: dict[str, tuple[float, str]] = {}
@@ -96,6 +73,33 @@ def scan(model_path: Path, feeds: list[dict[str, np.ndarray]], names: list[str])
                 findings.append(Finding(n.name or o, n.op_type, o, "underflow", tiny[o][0], tiny[o][1],
                                         _path(n, o, consumers, outputs)))
     return findings
+
+
+def watched_session(model_path: Path):
+    """The graph with every float intermediate as an extra output, in an unoptimised CPU session:
+    (model, session, consumers by tensor name, the graph's own output names)."""
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(model_path))
+    try:
+        m = onnx.shape_inference.infer_shapes(m)
+    except Exception:  # noqa: S110 - types of intermediates are a help, not a need
+        pass
+    floats = {v.name: v.type.tensor_type.elem_type for v in list(m.graph.value_info) + list(m.graph.output)
+              if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+    real = {o.name for o in m.graph.output}
+    consumers: dict[str, list] = {}
+    for n in m.graph.node:
+        for k, i in enumerate(n.input):
+            consumers.setdefault(i, []).append((n, k))
+    for name in [o for n in m.graph.node for o in n.output if o in floats and o not in real]:
+        m.graph.output.append(onnx.helper.make_tensor_value_info(name, floats[name], None))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+    return m, sess, consumers, real
 
 
 def _path(node, tensor: str, consumers: dict, outputs: set[str]) -> list[str]:

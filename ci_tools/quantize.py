@@ -19,7 +19,7 @@ from .errors import CompileError
 # precision -> (activation type, weight type)
 QTYPES = {"w8a16": ("QUInt16", "QUInt8"), "int8": ("QUInt8", "QUInt8")}
 BITS = {"fp16": (16, 16), "w8a16": (16, 8), "int8": (8, 8)}  # (activation bits, weight bits)
-QUANT_VERSION = 3  # part of the cached file's name: bump when a change here changes what is written
+QUANT_VERSION = 4  # part of the cached file's name: bump when a change here changes what is written
 
 
 def weight_scales(per_channel: bool) -> str:
@@ -108,6 +108,9 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
         except onnx.checker.ValidationError as e:
             raise CompileError(f"{what}: {precision} quantization wrote an invalid graph: {_first_line(e)}",
                                hint="try calibration.per_channel: false, or report it with the model") from None
+        from .quant_check import check_quantized
+
+        check_quantized(prepared_path, tmp / "q.onnx", samples, what, precision)
         _move_with_data(tmp / "q.onnx", out)
     except CompileError:
         raise

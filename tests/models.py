@@ -109,3 +109,19 @@ def one_op(path: Path, op: str, shape: list[int], const: float | None = None, ou
     graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", out_dtype, shape)], inits)
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def masked_softmax(path: Path, n: int = 16) -> Path:
+    """x[1, n] -> MatMul -> Add(mask with -inf) -> Softmax -> y: an attention mask as exported by many
+    transformers; a quantizer that quantizes the -inf constant gives an infinite scale."""
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32), "w")
+    mask = np.zeros((1, n), np.float32)
+    mask[0, n // 2:] = -np.inf
+    m = numpy_helper.from_array(mask, "mask")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="scores"),
+             helper.make_node("Add", ["h", "mask"], ["hm"], name="apply_mask"),
+             helper.make_node("Softmax", ["hm"], ["y"], axis=-1, name="softmax")]
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [w, m])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -182,3 +182,25 @@ def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_p
     assert calls == ["w8a16"]
     assert [t["status"] for t in report.records] == ["failed"] * 3
     assert all("w8a16 quantization failed: simulated" in t["error"] for t in report.records)
+
+
+def test_a_quantized_graph_broken_on_cpu_fails_naming_the_node_and_is_never_cached(tmp_path):
+    """An attention mask of -inf: the quantizer's graph no longer depends on its input. It fails before any
+    chip, with the node and the constant named, and nothing is written to the cache."""
+    import numpy as np
+
+    from ci_tools.errors import CompileError
+    from ci_tools.quantize import quantize_graph
+    from tests import models
+
+    folder = tmp_path / "m" / "g" / "key"
+    folder.mkdir(parents=True)
+    f = models.masked_softmax(folder / "graph.onnx")
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(4)]
+    with pytest.raises(CompileError) as e:
+        quantize_graph(f, "w8a16", samples)
+    msg = str(e.value)
+    assert "m/g: the w8a16 graph is broken on CPU before any chip: output 'y'" in msg
+    assert "node 'softmax'" in msg and "'hm' holds ±inf" in msg and "-1e4" in msg
+    assert not list(folder.glob("*.qdq.onnx"))
