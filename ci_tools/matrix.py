@@ -224,6 +224,9 @@ class ImageFrontEnd(_Frozen):
     mean: list[float] = Field(default=[0.0, 0.0, 0.0], min_length=1, max_length=3)
     std: list[float] = Field(default=[1.0, 1.0, 1.0], min_length=1, max_length=3)
     pad: float = Field(default=0.0, description="the value padding takes, after normalisation")
+    crops: dict[str, list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=4, max_length=4)]]] = Field(
+        default={}, description="file -> boxes [x0, y0, x1, y1] in pixels: each box is a sample of its own (the "
+        "text lines of a page for a line recognizer); a file without boxes is one sample")
 
 
 class NpzFrontEnd(_Frozen):

@@ -84,13 +84,17 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path]) -> Sa
     if not files:
         raise ConfigError(f"{what}.source: no {fe.kind} file among the source's files",
                           hint=f"{fe.kind} samples are files ending in {', '.join(EXTENSIONS[fe.kind])}")
+    for name in getattr(fe, "crops", {}):
+        if name not in files:
+            raise ConfigError(f"{what}.front_end.crops: '{name}' is not one of the sample files",
+                              hint=f"files: {', '.join(sorted(files))}")
     shas = {name: sha256_file(p) for name, p in sorted(files.items())}
     streams: list[tuple[str, list[dict[str, np.ndarray]]]] = []
     for name, path in sorted(files.items()):
         if fe.kind == "audio":
             steps = _audio_steps(fe, path, name, by_name, what)
         elif fe.kind == "image":
-            steps = [_image_feed(fe, path, name, by_name, what)]
+            steps = [_image_feed(fe, path, name, by_name, what, box) for box in fe.crops.get(name, [None])]
         else:
             steps = [_npz_feed(path, name, inputs, what)]
         if s.stream is not None:
@@ -212,7 +216,8 @@ def _audio_steps(fe: AudioFrontEnd, path: Path, name: str, by_name: dict, what: 
     return steps
 
 
-def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: str) -> dict[str, np.ndarray]:
+def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: str,
+                box: list[int] | None = None) -> dict[str, np.ndarray]:
     try:
         from PIL import Image
     except ImportError:
@@ -224,6 +229,12 @@ def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: s
     try:
         with Image.open(path) as im:
             im = im.convert("L" if fe.channels == "gray" else "RGB")
+            if box is not None:
+                x0, y0, x1, y1 = box
+                if not (x0 < x1 <= im.width and y0 < y1 <= im.height):
+                    raise ConfigError(f"{what}.front_end.crops: box {box} is not inside {name} "
+                                      f"({im.width}x{im.height})", hint="boxes are [x0, y0, x1, y1] in pixels")
+                im = im.crop((x0, y0, x1, y1))
             if fe.resize == "stretch":
                 im, width = im.resize((w, h), Image.BILINEAR), w
             else:
