@@ -176,3 +176,32 @@ def test_demo_vad_streams_recorded_speech_and_a_fixed_graph_passes(tmp_path, cac
     out = t["per_output"]["output"]
     assert t["verified_on"] == "real-samples" and "outside_range" not in out and out["decision_flips"] == 0
     assert out["worst_step"]["max_abs"] < 0.03 and t["verify_samples"] > 100
+
+
+def test_image_front_end_crops_keeps_the_ratio_pads_and_normalises_in_bgr(tmp_path):
+    from PIL import Image
+
+    from ci_tools.matrix import Model
+    from ci_tools.prepare import TensorInfo
+    from ci_tools.samples import make_samples
+
+    a = np.zeros((20, 100, 3), np.uint8)
+    a[:, :, 0] = 255  # pure red
+    a[:, 50:, 2] = 255  # right half: red + blue
+    Image.fromarray(a).save(tmp_path / "line.png")
+    model = Model.model_validate({**path_model(tmp_path, "ocr", tmp_path / "line.png", chips=["SM8750"]),
+                                  "samples": {**_path_samples(tmp_path, ["line.png"], kind="image", input="x",
+                                                              channels="bgr", resize="keep-ratio-pad",
+                                                              mean=[0.5] * 3, std=[0.5] * 3, pad=-9.0,
+                                                              crops={"line.png": [[0, 0, 40, 20], [50, 0, 100, 20]]})}})
+    ss = make_samples(model, "main", [TensorInfo("x", [1, 3, 48, 320], "float32")], {"line.png": tmp_path / "line.png"})
+    assert [n for n, _ in ss.streams] == ["line.png#0", "line.png#1"] and ss.note.startswith("real samples")
+    first, second = (steps[0]["x"] for _, steps in ss.streams)
+    assert first.shape == (1, 3, 48, 320)
+    # 40x20 at height 48 keeps its ratio: 96 columns of image, then the pad value
+    assert np.allclose(first[0, :, :, :96].mean(axis=(1, 2)), [-1, -1, 1]) and np.all(first[0, :, :, 97:] == -9.0)
+    assert np.allclose(second[0, :, :, :100].mean(axis=(1, 2)), [1, -1, 1])  # B, G, R: blue came in
+    with pytest.raises(Exception, match=r"not inside line\.png"):
+        bad = model.samples.front_end.model_copy(update={"crops": {"line.png": [[0, 0, 200, 20]]}})
+        make_samples(model.model_copy(update={"samples": model.samples.model_copy(update={"front_end": bad})}),
+                     "main", [TensorInfo("x", [1, 3, 48, 320], "float32")], {"line.png": tmp_path / "line.png"})
