@@ -257,6 +257,10 @@ class Samples(_Frozen):
                                      "with the front end's input)")
     stream: Stream | None = Field(default=None, description="a stateful graph: each sample is run as a stream")
     max_samples: int = Field(default=8, gt=0, le=256, description="samples used to verify at most")
+    argmax: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default={}, description="output -> the share of positions (all but the last axis) whose argmax may differ "
+        "from CPU: an output an app reads by the class it picks (a CTC recognizer per time step, a classifier) "
+        "is judged by that, not by its probabilities")
 
 
 class Model(_Frozen):

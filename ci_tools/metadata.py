@@ -98,8 +98,9 @@ class Verification(_M):
     samples: int | None = Field(description="how many inputs the binary was run on")
     description: str | None = Field(default=None, description="how the inputs were made: the generator and the "
                                     "value range of each input, or the samples' folder")
-    passed_by: Literal["cosine", "max_abs"] | None = Field(
-        default=None, description="max_abs: outputs near zero passed on the absolute tolerance, not on cosine")
+    passed_by: Literal["cosine", "max_abs", "argmax"] | None = Field(
+        default=None, description="max_abs: passed on the absolute tolerance, not on cosine; argmax: judged by the "
+        "class each position picks (samples.argmax)")
 
 
 class GraphNumbers(_M):

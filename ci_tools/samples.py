@@ -33,6 +33,7 @@ class SampleSet:
     files: dict[str, str]  # sample file -> sha256
     note: str  # what the report and metadata.json say the verification ran on
     stream: Stream | None = None
+    argmax: dict[str, float] | None = None  # outputs judged by the class they pick
 
     @property
     def feeds(self) -> list[dict[str, np.ndarray]]:
@@ -40,7 +41,7 @@ class SampleSet:
 
     @property
     def digest(self) -> str:
-        h = hashlib.sha256(json.dumps({"v": SAMPLES_VERSION, "files": self.files,
+        h = hashlib.sha256(json.dumps({"v": SAMPLES_VERSION, "files": self.files, "argmax": self.argmax,
                                        "stream": self.stream.model_dump(mode="json") if self.stream else None},
                                       sort_keys=True).encode())
         for name, steps in self.streams:
@@ -112,7 +113,7 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path]) -> Sa
     steps = sum(len(st) for _, st in streams)
     how = f"{len(streams)} streams, {steps} steps" if s.stream else f"{steps} samples"
     note = (f"real samples: {s.description} ({len(files)} {kind}, {how}; {_where(s.source)}; licence {s.license})")
-    return SampleSet(streams=streams, files=shas, note=note, stream=s.stream)
+    return SampleSet(streams=streams, files=shas, note=note, stream=s.stream, argmax=dict(s.argmax) or None)
 
 
 def _where(src) -> str:

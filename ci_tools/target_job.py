@@ -230,5 +230,5 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     outputs, emu_seconds = ran
     reference = run_cpu(spec.prepared.path, feeds)
     v = check(spec.target_id, names, reference, outputs, th, emu_seconds, precision=spec.precision,
-              inputs_note=inputs_note, sample_names=sample_names)
+              inputs_note=inputs_note, sample_names=sample_names, argmax=ss.argmax if ss is not None else None)
     return v, emu_seconds * len(feeds)

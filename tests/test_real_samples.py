@@ -205,3 +205,22 @@ def test_image_front_end_crops_keeps_the_ratio_pads_and_normalises_in_bgr(tmp_pa
         bad = model.samples.front_end.model_copy(update={"crops": {"line.png": [[0, 0, 200, 20]]}})
         make_samples(model.model_copy(update={"samples": model.samples.model_copy(update={"front_end": bad})}),
                      "main", [TensorInfo("x", [1, 3, 48, 320], "float32")], {"line.png": tmp_path / "line.png"})
+
+
+def test_argmax_outputs_are_judged_by_the_class_they_pick():
+    from ci_tools.verify import check
+
+    rng = np.random.default_rng(3)
+    ref = [[rng.dirichlet(np.ones(6), size=(1, 40)).astype(np.float32)] for _ in range(2)]
+    shifted = [[np.clip(r[0] + rng.normal(0, 0.05, r[0].shape), 0, 1).astype(np.float32)] for r in ref]
+    keep = [r[0].argmax(-1) for r in ref]
+    for s, k in zip(shifted, keep):  # probabilities move a lot, the picked class stays
+        s[0][np.arange(1)[:, None], np.arange(40)[None], k] += 1.0
+    th = Thresholds(min_cosine=0.999, min_snr_db=20.0)
+    with pytest.raises(Exception, match="cosine"):
+        check("rec", ["p"], ref, shifted, th, 0.1)
+    v = check("rec", ["p"], ref, shifted, th, 0.1, argmax={"p": 0.05})
+    assert v.passed_by == "argmax" and v.per_output["p"]["argmax_flips"] == 0
+    flipped = [[r[0][:, :, ::-1].copy()] for r in ref]  # another class almost everywhere
+    with pytest.raises(Exception, match=r"positions pick another class than CPU .* worst sample"):
+        check("rec", ["p"], ref, flipped, th, 0.1, argmax={"p": 0.05})
