@@ -187,6 +187,13 @@ class Export(_Frozen):
     outputs: list[str] = Field(min_length=1)
 
 
+class Recordings(_Frozen):
+    description: str = Field(description="what the recordings are, e.g. 'LibriVox readers, CMU ARCTIC speakers'")
+    license: str = Field(description="their licence, with where it is stated")
+    source: Source = Field(description="the pinned files (WAV, 16 kHz mono PCM)")
+    texts: dict[str, str] = Field(min_length=1, description="file of the source -> what it says (the reference)")
+
+
 class TranscriptVerify(_Frozen):
     kind: Literal["transcript"]
     clips: str = Field(description="a clips.yaml (a list `clips` of {file, text}: 16 kHz mono WAVs beside it and "
@@ -198,6 +205,10 @@ class TranscriptVerify(_Frozen):
         "(default fp16 0, w8a16 0.1, int8 0.25)")
     language: str = Field(default="en", pattern=r"^[a-z]{2,3}$")
     max_tokens: int = Field(default=128, ge=1, le=440, description="tokens a clip's transcript may have")
+    recordings: Recordings | None = Field(
+        default=None, description="recorded human speech with reference texts, pinned: when given, the chips "
+        "transcribe these (taking turns) instead of the clips, CPU transcribes all of them, and the targets "
+        "count as verified on real samples; the clips still calibrate and check the export")
 
 
 class AudioFrontEnd(_Frozen):
@@ -366,6 +377,14 @@ def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None]
             problem = _parts_errors(model.source, i)
             if problem is not None:
                 return problem
+        if model.verify is not None and model.verify.recordings is not None:
+            rec = model.verify.recordings
+            files = set(_source_files(rec.source)) | set(getattr(rec.source, "join", {}))
+            for name in rec.texts:
+                if name not in files:
+                    return (("models", i, "verify", "recordings", "texts", name),
+                            f"'{name}' is not one of the recordings' source files",
+                            did_you_mean(name, files) or "list it under source.files with its sha256")
         if model.verify is not None and sorted(g.name for g in model.graphs) != ["decoder", "encoder"]:
             return (("models", i, "verify"), "transcript verification needs two graphs named encoder and decoder",
                     f"the graphs are {', '.join(g.name for g in model.graphs)}")
