@@ -136,6 +136,11 @@ class TranscriptNumbers(_M):
     wer_vs_cpu: float
     max_wer_vs_cpu: float = Field(description="the bound the verification held it to")
     wer: float = Field(description="word error rate of the HTP transcripts against what the clips say")
+    cpu_wer_all: float | None = Field(default=None, description="word error rate of the CPU transcripts of every "
+                                      "clip or recording of the model against what they say")
+    cpu_clips_all: int | None = Field(default=None, description="how many clips or recordings CPU transcribed")
+    recorded: bool | None = Field(default=None, description="true: recorded human speech (verify.recordings); "
+                                  "false: synthetic clips")
     emulator_seconds_per_encoder_run: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
     emulator_seconds_per_decoder_step: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
     verify_seconds: float = Field(description="what the transcript verification of this chip cost")

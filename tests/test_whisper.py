@@ -360,3 +360,33 @@ def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
     assert texts["compile.wav"] == "Please compile every graph for every chip before the release."
     clips = check.load_clips(loaded.root, model.verify.clips)
     assert check.wer([(c.text, texts[c.name]) for c in clips]) <= 0.05
+
+
+def test_recordings_are_what_chips_transcribe_and_count_as_real_samples(tmp_path):
+    """verify.recordings: pinned recorded speech with reference texts; the file names in the source label
+    them, a text for a file the source does not have is refused naming it, and WER reads numbers spelled."""
+    import shutil
+
+    from ci_tools.errors import ConfigError
+    from ci_tools.matrix import load_matrix
+    from ci_tools.recipes.whisper.check import verify_clips, wer
+    from ci_tools.sources import sha256_file
+
+    (tmp_path / "rec").mkdir()
+    wav = Path(shutil.copy(CLIPS / "lights.wav", tmp_path / "rec" / "take1.wav"))
+    model = yaml.safe_load((REPO / "matrix" / "whisper.yaml").read_text())["models"][0]
+    model["verify"]["recordings"] = {
+        "description": "a recording", "license": "CC0-1.0",
+        "source": {"kind": "path", "path": "rec/take1.wav", "sha256": sha256_file(wav)},
+        "texts": {"take1.wav": "Turn off the kitchen lights at 7 in the morning."}}
+    path = tmp_path / "matrix" / "whisper.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [model]}, sort_keys=False))
+    loaded = load_matrix(path)
+    clips, recorded = verify_clips(loaded, loaded.matrix.models[0], tmp_path / "cache")
+    assert recorded and [c.name for c in clips] == ["take1.wav"] and clips[0].sha256 == sha256_file(wav)
+    assert wer([(clips[0].text, "Turn off the kitchen lights at seven in the morning")]) == 0.0
+    model["verify"]["recordings"]["texts"] = {"take2.wav": "x"}
+    path.write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [model]}, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"'take2\.wav' is not one of the recordings' source files"):
+        load_matrix(path)

@@ -39,6 +39,8 @@ def archive_extras(report: dict, model, soc, records: list[dict], top: str,
     numbers = {k: transcript[k] for k in ("agree", "wer_vs_cpu", "max_wer_vs_cpu", "wer",
                                           "emulator_seconds_per_encoder_run", "emulator_seconds_per_decoder_step")}
     numbers["verify_seconds"] = transcript["seconds"]
+    numbers.update({k: transcript.get(k) for k in ("cpu_wer_all", "cpu_clips_all")})
+    numbers["recorded"] = model.verify.recordings is not None
     numbers["clips"] = [{k: c[k] for k in ("file", "reference", "cpu", "htp", "wer_vs_cpu", "wer", "encoder_seconds",
                                            "decoder_steps", "decoder_seconds")} for c in transcript["clips"]]
     check = transcript.get("export_check") or {}
