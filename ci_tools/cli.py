@@ -161,7 +161,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(f"--soc: {e.message}", hint=e.hint) from None
     if not args.soc:  # one chip per HTP arch of the flagship phones
         socs = list({s.htp_arch: s for s in socs}.values())
-    report = inspect(args.model, socs)
+    report = inspect(args.model, socs, samples=args.samples)
     print(json.dumps(report, indent=2) if args.json else render_text(report))
     return 0
 
@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="a new ONNX model: I/O, a graphs[] entry, ops, what HTP rejects and why")
     p.add_argument("model", type=Path, help="the .onnx file")
     p.add_argument("--soc", action="append", help="chips to try (default: one per HTP arch of the flagship group)")
+    p.add_argument("--samples", type=Path, help="a folder of real samples (.npz, one array per input): name the "
+                   "nodes whose values leave fp16's range on them")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 

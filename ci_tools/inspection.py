@@ -125,7 +125,7 @@ def _elements(v, entry: dict) -> int | None:
     return math.prod(spec["shape"]) if spec is not None and len(dims) == 1 else None
 
 
-def inspect(path: Path, socs) -> dict:
+def inspect(path: Path, socs, samples: Path | None = None) -> dict:
     import onnx
 
     from .matrix import Graph, InputSpec, Options
@@ -157,6 +157,8 @@ def inspect(path: Path, socs) -> dict:
             return report
         report["prepare"] = {"ok": True, "notes": prepared.notes, "outputs": [o.__dict__ for o in prepared.outputs],
                              "parameters": prepared.parameters}
+        if samples is not None:
+            report["fp16_range"] = _fp16_range(path, samples)
         from .doctor import trial_compile
 
         for soc in socs:
@@ -176,6 +178,32 @@ def inspect(path: Path, socs) -> dict:
     return report
 
 
+def _fp16_range(path: Path, folder: Path) -> dict:
+    """The model on CPU over real samples (a folder of .npz, one array per input), every intermediate
+    recorded: the nodes whose values leave fp16's range (what `build` refuses fp16 for)."""
+    import numpy as np
+
+    from .fp16_range import scan
+
+    files = sorted(folder.glob("*.npz")) if folder.is_dir() else []
+    if not files:
+        raise UsageError(f"--samples: {folder} has no .npz files", hint="one .npz per sample, one array per input")
+    feeds = []
+    for f in files:
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                feeds.append({k: z[k] for k in z.files})
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--samples: {f}: not a readable .npz: {e}") from None
+    try:
+        findings = scan(path, feeds, [f.name for f in files])
+    except Exception as e:
+        raise UsageError(f"--samples: the model does not run on CPU with {files[0].name}: "
+                         f"{str(e).splitlines()[0][:200]}", hint="the arrays must be named and shaped as the inputs") \
+            from None
+    return {"samples": len(files), "findings": [f.as_dict() | {"line": f.line()} for f in findings]}
+
+
 def render_text(report: dict) -> str:
     import yaml
 
@@ -192,6 +220,11 @@ def render_text(report: dict) -> str:
     for c in report.get("control_flow", []):
         what = ", ".join(c["condition_from"]) or "constants"
         lines.append(f"If {c['node']}: its condition comes from {what}; fix: {c['fix']}")
+    if report.get("fp16_range") is not None:
+        r = report["fp16_range"]
+        lines.append(f"fp16 range on {r['samples']} sample(s): "
+                     + ("every value fits" if not r["findings"] else f"{len(r['findings'])} node(s) leave it"))
+        lines += [f"  {f['line']}" for f in r["findings"]]
     prep = report["prepare"]
     if prep and not prep["ok"]:
         lines += ["", f"prepare: {prep['error']}"]

@@ -224,3 +224,15 @@ def test_argmax_outputs_are_judged_by_the_class_they_pick():
     flipped = [[r[0][:, :, ::-1].copy()] for r in ref]  # another class almost everywhere
     with pytest.raises(Exception, match=r"positions pick another class than CPU .* worst sample"):
         check("rec", ["p"], ref, flipped, th, 0.1, argmax={"p": 0.05})
+
+
+def test_inspect_names_the_nodes_that_leave_fp16_range_on_real_samples(tmp_path):
+    pytest.importorskip("onnxruntime_qnn")
+    f = models.rms_norm(tmp_path / "rms.onnx")
+    _npz_samples(tmp_path / "s", scale=400.0, n=2)
+    r = run_cli("inspect", str(f), "--soc", "SM8750", "--samples", str(tmp_path / "s"), "--json")
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout)["fp16_range"]["findings"]
+    assert found[0]["node"] == "square" and found[0]["kind"] == "overflow" and found[0]["path"][-1] == "output 'y'"
+    r = run_cli("inspect", str(f), "--soc", "SM8750", "--samples", str(tmp_path / "nowhere"))
+    assert r.returncode != 0 and "--samples" in r.stderr and "Traceback" not in r.stderr
