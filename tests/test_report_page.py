@@ -243,7 +243,7 @@ def test_step_summaries_list_failures_first_with_their_cause(released):
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| status | target |")
     assert table[1].startswith("| ❌ failed | `broken.main.sm8750.fp16`") and "exit 6:" in table[1]
-    assert "Erf" in table[1] and table[1].count("|") == 8  # the cause is one cell
+    assert "Erf" in table[1] and table[1].count("|") == 9  # the cause is one cell (8 columns)
     assert all(line.startswith("| ✅ ok |") for line in table[2:]) and len(table) == 6
     assert text.splitlines()[0] == "### qnn-release build: 4/5 targets ok, 1 failed" and text.splitlines()[1] == ""
     assert "qnn-release build failed (exit 8)" in text  # the step's own failure, after the table
