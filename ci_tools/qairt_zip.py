@@ -97,12 +97,12 @@ def fetch(endpoint: str, repo: str, revision: str, file: str, sha256: str, versi
     url = f"{endpoint.rstrip('/')}/{repo}/resolve/{revision}/{file}"
     zip_path = dest / f".{file}.part"
     dest.mkdir(parents=True, exist_ok=True)
-    headers = {"User-Agent": "qnn-release-docker"}
-    if os.environ.get("HF_TOKEN"):
-        headers["Authorization"] = f"Bearer {os.environ['HF_TOKEN']}"
     for attempt in range(6):
+        req = urllib.request.Request(url, headers={"User-Agent": "qnn-release-docker"})  # noqa: S310 - https
+        if os.environ.get("HF_TOKEN"):  # to the Hub only: urllib copies ordinary headers to every redirect target
+            req.add_unredirected_header("Authorization", f"Bearer {os.environ['HF_TOKEN']}")
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r, \
+            with urllib.request.urlopen(req, timeout=60) as r, \
                     open(zip_path, "wb") as out:  # noqa: S310 - the Hub's https URL
                 shutil.copyfileobj(r, out, 1 << 20)
             break

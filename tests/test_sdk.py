@@ -398,3 +398,41 @@ def test_the_image_stage_fetches_with_the_standard_library_alone(hub, tmp_path):
     assert marker["sha256"] == hashlib.sha256(data).hexdigest() and marker["revision"] == commit
     r = subprocess.run([*args, "0" * 64, VERSION, str(tmp_path / "opt2")], capture_output=True, text=True, cwd=alone)
     assert r.returncode == 4 and "does not match the pin" in r.stderr
+
+
+def test_the_image_fetch_sends_the_hub_token_to_the_hub_only(tmp_path, monkeypatch):
+    """The Hub's resolve/ URLs redirect to CDN hosts; urllib copies ordinary headers to the redirect target,
+    so the token must be an unredirected header (audit workflows-first-tag #9)."""
+    from http.server import BaseHTTPRequestHandler
+
+    from ci_tools import qairt_zip
+    from tests.local_server import LocalServer
+
+    seen: dict[str, str | None] = {}
+
+    class Cdn(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen["cdn"] = self.headers.get("Authorization")
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    with LocalServer(Cdn) as cdn:
+        class Hub(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen["hub"] = self.headers.get("Authorization")
+                self.send_response(302)
+                self.send_header("Location", cdn.url.replace("127.0.0.1", "localhost") + "/blob")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        with LocalServer(Hub) as hub:
+            monkeypatch.setenv("HF_TOKEN", "hf_SECRET")
+            monkeypatch.setattr(qairt_zip.time, "sleep", lambda s: None)
+            with pytest.raises(qairt_zip.ZipRefused):
+                qairt_zip.fetch(hub.url, "o/r", "0" * 40, "v.zip", "0" * 64, "2.40.0.251030", tmp_path / "sdk")
+    assert seen["hub"] == "Bearer hf_SECRET" and seen["cdn"] is None

@@ -8,7 +8,8 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   store, refusing an existing name unless ``overwrite: true`` (upload-artifact v4 answers 409 there);
 - ``actions/download-artifact`` copies one artifact (``name``) or every artifact matching
   ``pattern`` (``merge-multiple``) into ``with.path``;
-- a step's ``if:`` supports ``success()`` (the default), ``failure()`` and ``!cancelled()``; a job's
+- a step's ``if:`` supports ``success()`` (the default), ``failure()``, ``failure() || cancelled()`` and
+  ``!cancelled()``; a job's
   ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``) against the context: a
   called workflow sees its CALLER's ``github.*`` and the ``inputs`` it was given, as on GitHub;
 - ``${{ ... }}`` expressions are looked up in a flat context (``matrix.soc``, ``runner.temp``,
@@ -62,7 +63,11 @@ class Runner:
         for step in job["steps"]:
             cond = str(step.get("if", "success()"))
             cond = EXPR.sub(lambda m: m[1], cond).strip()
-            run_it = {"success()": not failed, "failure()": failed, "!cancelled()": True}.get(cond)
+            # docs.github.com, expressions, "Status check functions": cancelled() is true for a cancelled run
+            # (a job killed by timeout-minutes too); this runner never cancels, so `failure() || cancelled()`
+            # runs exactly when failure() does
+            run_it = {"success()": not failed, "failure()": failed, "failure() || cancelled()": failed,
+                      "!cancelled()": True}.get(cond)
             if run_it is None:
                 raise AssertionError(f"{workflow.name}:{job_id}: step condition {cond!r} is not modelled here")
             if not run_it:
