@@ -170,7 +170,13 @@ def cmd_image(args: argparse.Namespace) -> int:
     from .image import image
     from .matrix import load_matrix
 
-    print("\n".join(image(load_matrix(args.matrix), args.owner).outputs()))
+    loaded = load_matrix(args.matrix)
+    if args.allow_unpinned and any(getattr(loaded.matrix.sdk.qairt[0], k) is None for k in ("revision", "sha256")):
+        print(f"::notice::{loaded.path.name}: the SDK is not pinned yet, so no image is built: sdk-pin.yaml "
+              "proposes the pins (revision and the Hub's sha256) as a pull request; merge it", file=sys.stderr)
+        print("unpinned=true")
+        return 0
+    print("\n".join(image(loaded, args.owner).outputs()))
     return 0
 
 
@@ -224,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("image", help="the SDK image's immutable reference (refuses an unpinned SDK)")
     _matrix_arg(p)
     p.add_argument("--owner", required=True, help="the repository owner (GITHUB_REPOSITORY_OWNER)")
+    p.add_argument("--allow-unpinned", action="store_true", help="an unpinned SDK prints unpinned=true and exits 0 "
+                   "(a push to the default branch before the pins are merged; a tag never passes this)")
     p.set_defaults(func=cmd_image)
 
     from . import cli_build

@@ -59,7 +59,33 @@ def cmd_open_pr(args: argparse.Namespace) -> int:
     from .github import token_from_env
     from .sdk_updates import open_pr
 
-    print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root))
+    if args.pins:
+        print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root, kind="sdk-pins",
+                      title="Pin the QNN SDK (revision and the Hub's sha256)",
+                      message="Pin the QNN SDK: the revision and the sha256 the Hub states (qnn-release sdk pin)"))
+    else:
+        print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root))
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    from .matrix import load_matrix
+    from .sdk import pick, record_pins
+    from .sdk_updates import hub_pins
+
+    loaded = load_matrix(args.matrix)
+    entry = pick(loaded, args.version)
+    if entry.revision and entry.sha256:
+        print(f"sdk.qairt[{entry.version}] is pinned: revision {entry.revision[:12]}, sha256 {entry.sha256[:16]}...")
+        return 0
+    version, revision, sha = hub_pins(loaded, args.version)
+    said = (f"sdk.qairt[{version}]: revision {revision}, sha256 {sha} (the sha256 the Hub states for "
+            f"{entry.file} in its LFS metadata, not computed here: the image build downloads the zip and refuses "
+            "it unless it matches)")
+    if args.record and record_pins(loaded, version, revision, sha):
+        print(f"recorded {said} in {loaded.path}")
+    else:
+        print(said + ("" if args.record else "; --record writes it into the matrix"))
     return 0
 
 
@@ -87,4 +113,11 @@ def register(sub, matrix_arg) -> None:
     o.add_argument("--repo", required=True)
     o.add_argument("--base", default="main")
     o.add_argument("--root", type=Path, default=Path.cwd())
+    o.add_argument("--pins", action="store_true", help="the change records SDK pins (`sdk pin --record`)")
     o.set_defaults(func=cmd_open_pr)
+    n = ssub.add_parser("pin", help="the revision and sha256 of an unpinned QAIRT zip as the Hub states them "
+                        "(no download); --record writes them into the matrix")
+    matrix_arg(n)
+    n.add_argument("--version", help="a version from sdk.qairt (default: the first)")
+    n.add_argument("--record", action="store_true")
+    n.set_defaults(func=cmd_pin)

@@ -101,7 +101,7 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
         header=_header("release.yaml.j2"), models=[{"name": n} for n in names],
         needs=["image", *(f"export-{n}" for n in names)], tag_pattern=m.release.tag_pattern, **common)
     smoke_cmd = " && ".join(f"qnn-release build --backend qairt {a} --out /tmp/dist -j 2" for a in sorted(smoke))
-    for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml"):
+    for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml", "sdk-pin.yaml"):
         files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(header=_header(f"{t}.j2"),
                                                                     smoke_cmd=smoke_cmd, **common)
     for path, text in files.items():

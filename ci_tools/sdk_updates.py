@@ -96,8 +96,37 @@ def apply_updates(loaded: LoadedMatrix, updates: Updates) -> list[str]:
     return out
 
 
-def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str | None = None) -> str:
-    """Commit the working tree's changes to a branch through the Git data API and open a pull request."""
+def hub_pins(loaded: LoadedMatrix, version: str | None = None) -> tuple[str, str, str]:
+    """(version, revision, sha256) of an sdk.qairt zip as the Hub states them, without downloading it:
+    the commit ``main`` (or the pinned revision) resolves to, and the sha256 in the file's LFS metadata
+    (``X-Linked-Etag``). The image build downloads the zip and refuses it unless it has that sha256."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from .sdk import pick
+
+    entry = pick(loaded, version)
+    try:
+        meta = get_hf_file_metadata(hf_hub_url(entry.hf_repo, entry.file, revision=entry.revision or "main"))
+    except (HfHubHTTPError, OSError) as e:
+        raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub did not answer: {str(e).splitlines()[0][:200]}",
+                          hint="check hf_repo and file in sdk.qairt, and the network") from None
+    sha = (meta.etag or "").strip('"')
+    if not re.fullmatch(r"[0-9a-f]{64}", sha) or not re.fullmatch(r"[0-9a-f]{40}", meta.commit_hash or ""):
+        raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub states no sha256 and commit for it "
+                          "(not an LFS file)",
+                          hint=f"pin it from one checked download: qnn-release sdk fetch --version {entry.version} "
+                               "--dest /tmp/qairt --record")
+    return entry.version, meta.commit_hash, sha
+
+
+def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str | None = None,
+            kind: str = "sdk-bump", title: str = "Bump the QNN SDK",
+            message: str = "Bump the QNN SDK versions (qnn-release sdk check-updates --apply)") -> str:
+    """Commit the working tree's changes to a branch through the Git data API and open a pull request.
+
+    Where the repository does not let Actions open pull requests (403, a setting off by default), the
+    branch stays pushed and the answer says where to open the pull request by hand."""
     if not token:
         raise PublishError("no GitHub token", hint="set GITHUB_TOKEN (contents and pull-requests: write)")
     r = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
@@ -114,19 +143,21 @@ def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str
     tree = gh.call("POST", f"/repos/{repo}/git/trees", "create tree", expect=(201,),
                    json={"base_tree": commit["tree"]["sha"], "tree": entries})
     digest = hashlib.sha256("".join(e["path"] + e["content"] for e in entries).encode()).hexdigest()[:10]
-    branch = f"qnn-release/sdk-bump-{digest}"
+    branch = f"qnn-release/{kind}-{digest}"
     new = gh.call("POST", f"/repos/{repo}/git/commits", "create commit", expect=(201,), json={
-        "message": "Bump the QNN SDK versions (qnn-release sdk check-updates --apply)",
-        "tree": tree.json()["sha"], "parents": [base_sha]})
+        "message": message, "tree": tree.json()["sha"], "parents": [base_sha]})
     ref = gh.call("POST", f"/repos/{repo}/git/refs", f"create branch {branch}", expect=(201, 422),
                   json={"ref": f"refs/heads/{branch}", "sha": new.json()["sha"]})
     if ref.status_code == 422:  # the branch exists from an earlier run: move it
         gh.call("PATCH", f"/repos/{repo}/git/refs/heads/{branch}", f"update branch {branch}",
                 json={"sha": new.json()["sha"], "force": True})
-    pr = gh.call("POST", f"/repos/{repo}/pulls", "open pull request", expect=(201, 422), json={
-        "title": "Bump the QNN SDK", "head": branch, "base": base,
+    pr = gh.call("POST", f"/repos/{repo}/pulls", "open pull request", expect=(201, 403, 422), json={
+        "title": title, "head": branch, "base": base,
         "body": "Opened by `qnn-release sdk open-pr`. Changed:\n" + "\n".join(f"- `{p}`" for p in changed)
                 + "\n\nThe checks of this pull request rebuild every model with the new SDK."})
     if pr.status_code == 422:
         return f"branch {branch} updated; its pull request already exists"
+    if pr.status_code == 403:
+        return (f"pushed branch {branch}; this repository does not let GitHub Actions open pull requests: open it "
+                f"at https://github.com/{repo}/compare/{base}...{branch} (or allow it in Settings > Actions)")
     return f"opened {pr.json().get('html_url', pr.json().get('number'))} from {branch}"

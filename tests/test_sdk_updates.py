@@ -64,9 +64,10 @@ def test_check_updates_lists_and_applies(repo):
     # the image the workflows will pull is the new SDK's (pinned, so `image` accepts it) ...
     r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme")
     assert r.returncode == 0 and "ref=ghcr.io/acme/qnn-sdk:2.41.0.251128-" in r.stdout, r.stderr
-    # ... and the onnxruntime-qnn pin is what the CI tests install
-    ci = yaml.safe_load((repo / ".github" / "workflows" / "ci.yaml").read_text())
-    assert ci["jobs"]["tests"]["steps"][-1]["env"]["ONNXRUNTIME_QNN_VERSION"] == "2.8.1"
+    # ... and the bump changes the matrix only: no workflow holds a value it changes (.ci/run reads the
+    # onnxruntime-qnn pin from the matrix), so a token without the Workflows permission can push it
+    changed = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
+    assert [ln[3:] for ln in changed.stdout.splitlines()] == ["matrix/models.yaml"]
     assert run_cli("render", "--check", "--matrix", str(matrix)).returncode == 0
 
 
@@ -94,3 +95,33 @@ def test_open_pr_commits_changes_through_the_api(repo):
         # a second run updates the branch and does not open a second pull request
         assert "already exists" in open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url)
         assert len(gh.state.pulls) == 1
+
+
+def test_a_first_push_pins_the_sdk_as_the_hub_states_it_without_downloading(repo):
+    """A new repository: the matrix names the zip without pins. `image --allow-unpinned` (any run but a tag)
+    builds nothing and says so; `sdk pin --record` writes the commit and the sha256 of the Hub's LFS metadata;
+    `open-pr --pins` proposes them, or leaves the branch pushed with a link when Actions may not open PRs."""
+    import hashlib
+
+    matrix = repo / "matrix" / "models.yaml"
+    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme")
+    assert r.returncode != 0 and "no revision and no sha256 pin" in r.stderr  # what a tag does
+    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme", "--allow-unpinned")
+    assert r.returncode == 0 and r.stdout.strip() == "unpinned=true" and "sdk-pin.yaml" in r.stderr
+    with FakeHub() as hub:
+        hub.state.add_file(HF_REPO, "v2.40.0.251030.zip", b"the sdk zip")
+        commit = hub.state.repos[HF_REPO]["commit"]
+        r = run_cli("sdk", "pin", "--record", "--matrix", str(matrix), env=_env(hub))
+        assert r.returncode == 0, r.stderr
+        assert "the sha256 the Hub states" in r.stdout and "not computed here" in r.stdout
+        r = run_cli("sdk", "pin", "--record", "--matrix", str(matrix), env=_env(hub))
+        assert r.returncode == 0 and "is pinned" in r.stdout
+        assert not [p for m, p in hub.state.log if m == "GET" and p.endswith(".zip")], "the zip was downloaded"
+    sdk = yaml.safe_load(matrix.read_text())["sdk"]["qairt"][0]
+    assert sdk["revision"] == commit and sdk["sha256"] == hashlib.sha256(b"the sdk zip").hexdigest()
+    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme", "--allow-unpinned")
+    assert r.returncode == 0 and "ref=ghcr.io/acme/qnn-sdk:2.40.0.251030-" in r.stdout
+    with FakeGitHub() as gh:
+        text = open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url, kind="sdk-pins",
+                       title="Pin the QNN SDK")
+        assert text.startswith("opened ") and gh.state.pulls[0]["head"].startswith("qnn-release/sdk-pins-")
