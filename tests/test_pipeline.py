@@ -208,8 +208,13 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     fork = {"github.event.repository.fork": True, "github.ref": "refs/heads/main"}
     assert evaluate(build["with"]["push"], fork) is False and evaluate(build["with"]["push"], push_main) is True
     assert evaluate(build["with"]["push"], {"github.ref": "refs/heads/feature"}) is False
-    assert docker[True]["pull_request"]["paths"] == ["Dockerfile-2.40", "matrix/models.yaml",
-                                                    ".github/workflows/qnn-sdk-docker-build.yaml"]
+    from ci_tools.image import IMAGE_INPUTS
+
+    # every input of the image's tag starts the pull request's image build and smoke test
+    paths = docker[True]["pull_request"]["paths"]
+    assert {*IMAGE_INPUTS, "ci_tools/image.py", "Dockerfile-2.40", "matrix/models.yaml", "pyproject.toml"} <= set(paths)
+    export = yaml.safe_load((REPO / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text())
+    assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**"} <= set(export[True]["push"]["paths"])
     smoke_step = docker["jobs"]["image"]["steps"][-1]
     assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
     assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
