@@ -25,14 +25,21 @@ def test_interrupted_build_leaves_nothing_half_finished(tmp_path, how):
     matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["phones", "iot", "auto"],
                                                 precisions=["w8a16"])])
     out = tmp_path / "dist"
-    env = {**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
+    marker = tmp_path / "hanging"
+    # deterministic: one chip's compile never ends (the others are real builds), so the build is still running
+    # when the signal comes, on any machine and under any load
+    env = {**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache"), "TEST_BACKEND_MODE": "hang",
+           "TEST_BACKEND_SOCS": "SM8650", "TEST_BACKEND_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "sitecustomize_backend"), str(REPO)])}
     proc = subprocess.Popen([sys.executable, "-m", "ci_tools", "build", "--matrix", str(matrix), "--out", str(out),
-                             "-j", "2"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(out.glob(".m.main.*")):
-        time.sleep(0.05)  # wait until a worker is writing a target
-    assert any(out.glob(".m.main.*")), "no worker started"
+                             "-j", "2", "--backend", "interrupting"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not marker.exists() and proc.poll() is None:
+        time.sleep(0.05)  # a worker is inside the hanging compile, writing its target
+    if not marker.exists():
+        proc.kill()
+        pytest.fail(f"the hanging compile never started: {proc.communicate()[1][-2000:]}")
     if how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)
     else:
