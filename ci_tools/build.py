@@ -239,6 +239,10 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
             if rejected is not None:
                 _fail_all(mine, rejected, records, progress)
         model_targets = [t for t in model_targets if t.id not in records]
+        unused = _unused_samples(m, preps)
+        if unused is not None:
+            _fail_all(model_targets, unused, records, progress)
+            model_targets = []
         inputs: dict[tuple[str, str], tuple[list | None, str | None]] = {}
         sample_sets: dict[str, SampleSet | None] = {}
         range_errors: dict[str, QnnReleaseError | None] = {}  # fp16 refused: values leave fp16's range
@@ -254,7 +258,8 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                 if t.graph not in sample_sets:
                     ss = _sample_set(store, loaded, m, prep)
                     fp16 = any(x.precision == "fp16" for x in model_targets if x.graph == t.graph)
-                    range_errors[t.graph] = _fp16_range_gate(m, prep, ss) if ss is not None and fp16 else None
+                    range_errors[t.graph] = (_fp16_range_gate(m, prep, ss, prepared_records)
+                                             if ss is not None and fp16 else None)
                     sample_sets[t.graph] = ss
                 ss = sample_sets[t.graph]
                 if t.precision == "fp16" and range_errors[t.graph] is not None:
@@ -288,8 +293,8 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                         done.append({"model": m.name, "graph": t.graph, "precision": t.precision,
                                      "precompile_run": _precompile_run(precompiled[gp])})
                         continue
-            except QnnReleaseError as e:
-                records[t.id] = _failed(t, e)
+            except Exception as e:  # a bad sample file or an unexpected library error stays on its target
+                records[t.id] = _failed(t, _as_error(e, f"{m.name}/{t.graph}: samples", PrepareError))
                 progress.finished(records[t.id])
                 continue
             specs.append(TargetSpec(
@@ -441,17 +446,33 @@ def _sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepar
     ``calibration.path`` folder of .npz files in the repository."""
     if m.samples is not None:
         files = store._fetch(m, m.samples.source)
-        return make_samples(m, prep.graph, prep.inputs, files)
+        return make_samples(m, prep.graph, prep.inputs, files, prep.outputs)
     if m.calibration.path and m.verify is None:
         folder = (loaded.root / m.calibration.path).resolve()
-        feeds = load_calibration(folder, prep.inputs)
-        files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))}
+        feeds = load_calibration(folder, prep.inputs)[:8]  # verify on 8 at most (the emulator's time)
+        files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))[:8]}
         return SampleSet(streams=[(n, [f]) for n, f in zip(files, feeds)], files=files,
                          note=f"real samples: {len(feeds)} .npz files from calibration.path ({m.calibration.path})")
     return None
 
 
-def _fp16_range_gate(m: Model, prep: Prepared, ss: SampleSet) -> QnnReleaseError | None:
+def _unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | None:
+    """Samples that feed none of the model's graphs are a mistake (a misspelt input), not "no samples"."""
+    from .errors import ConfigError
+    from .samples import graph_uses
+
+    if m.samples is None or not preps or any(graph_uses(m.samples, g, [i.name for i in p.inputs])
+                                             for g, p in preps.items()):
+        return None
+    fe = m.samples.front_end
+    names = sorted({i.name for p in preps.values() for i in p.inputs})
+    return ConfigError(f"{m.name}: samples feed no graph: "
+                       + (f"samples.graphs {m.samples.graphs} names none of {sorted(preps)}" if m.samples.graphs
+                          else f"no graph has the input '{fe.input}' (samples.front_end.input)"),
+                       hint=f"the graphs' inputs: {', '.join(names)}")
+
+
+def _fp16_range_gate(m: Model, prep: Prepared, ss: SampleSet, prepared_log: list[dict]) -> QnnReleaseError | None:
     """Before any chip compiles: the prepared graph on CPU over its real samples, every intermediate
     recorded; a node whose values leave fp16's range refuses fp16 (unless the matrix says why not)."""
     from .errors import PrepareError
@@ -464,6 +485,9 @@ def _fp16_range_gate(m: Model, prep: Prepared, ss: SampleSet) -> QnnReleaseError
     labels = [f"{n} step {i}" if ss.stream else n for n, steps in ss.streams for i in range(len(steps))]
     findings = scan(prep.path, feeds, labels)
     prep.notes.extend(f"fp16 range: {f.line()}" for f in findings)
+    for record in prepared_log:  # the report's copy of the prepared graph gets them too
+        if record["model"] == m.name and record["graph"] == prep.graph:
+            record["notes"] = list(prep.notes)
     if not findings or m.options.fp16_overflow_ok:
         return None
     first = findings[0]

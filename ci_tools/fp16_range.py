@@ -18,7 +18,7 @@ import numpy as np
 FP16_MAX = 65504.0
 FP16_ZERO_BELOW = 2.0 ** -25  # rounds to (signed) zero in fp16
 NEEDS_NONZERO = {("Div", 1), ("Log", 0), ("Reciprocal", 0), ("Pow", 1)}  # (op, input index)
-MAX_FEEDS = 64
+MAX_FEEDS = 1024  # silero-vad's two recordings are 221 steps: every step is scanned
 
 
 @dataclass(frozen=True)

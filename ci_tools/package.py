@@ -365,9 +365,12 @@ def verification(model: Model, target: dict) -> dict | None:
         return None
     v = verdict(target)
     if target.get("transcript"):  # verified by what the chip's graphs transcribe from the model's clips
+        rec = model.verify.recordings
         return {"inputs": "real" if v == "real-samples" else "generated", "verdict": v,
-                "source": model.verify.clips, "samples": len(target["transcript"]["clips"]), "passed_by": None,
-                "description": "espeak-ng speech clips (transcript against CPU)"}
+                "source": rec.description if rec else model.verify.clips,
+                "samples": len(target["transcript"]["clips"]), "passed_by": None,
+                "description": ("recorded speech (transcript against CPU and the references)" if rec
+                                else "espeak-ng speech clips (transcript against CPU)")}
     real = v == "real-samples"
     source = (model.calibration.path if model.samples is None else model.samples.description) if real else \
         f"seed {model.calibration.seed}"

@@ -63,8 +63,8 @@ def graph_uses(samples: Samples, graph: str, input_names: list[str]) -> bool:
     return samples.front_end.kind == "npz" or samples.front_end.input in input_names
 
 
-def make_samples(model: Model, graph: str, inputs, files: dict[str, Path]) -> SampleSet | None:
-    """``inputs``: the prepared graph's TensorInfo list; ``files``: sample name -> verified blob."""
+def make_samples(model: Model, graph: str, inputs, files: dict[str, Path], outputs=None) -> SampleSet | None:
+    """``inputs``/``outputs``: the prepared graph's TensorInfo lists; ``files``: sample name -> verified blob."""
     s = model.samples
     if s is None or not graph_uses(s, graph, [t.name for t in inputs]):
         return None
@@ -79,6 +79,7 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path]) -> Sa
             if inp not in by_name:
                 raise ConfigError(f"{what}.stream.carry.{out}: graph '{graph}' has no input '{inp}'",
                                   hint=f"inputs: {', '.join(by_name)}")
+    _check_output_names(s, graph, [o.name for o in outputs] if outputs is not None else None, what)
     from .sources import sha256_file
 
     files = {n: p for n, p in files.items() if n.lower().endswith(EXTENSIONS[fe.kind])}
@@ -116,6 +117,23 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path]) -> Sa
     return SampleSet(streams=streams, files=shas, note=note, stream=s.stream, argmax=dict(s.argmax) or None)
 
 
+def _check_output_names(s: Samples, graph: str, outputs: list[str] | None, what: str) -> None:
+    """Every output a declared check names exists: a misspelt name would silently switch the check off."""
+    if outputs is None:
+        return
+    named = [("argmax", n) for n in s.argmax]
+    if s.stream is not None:
+        named += [("stream.carry", n) for n in s.stream.carry] + [("stream.decisions", n) for n in s.stream.decisions]
+        named += [("stream.range", n) for n in s.stream.range]
+        for n, bounds in s.stream.range.items():
+            if len(bounds) != 2 or bounds[0] > bounds[1]:
+                raise ConfigError(f"{what}.stream.range.{n}: expected [low, high] with low <= high, got {bounds}")
+    for key, n in named:
+        if n not in outputs:
+            raise ConfigError(f"{what}.{key}: graph '{graph}' has no output '{n}'",
+                              hint=f"outputs: {', '.join(outputs)}")
+
+
 def _where(src) -> str:
     kind = src.kind
     if kind == "parts":
@@ -146,15 +164,20 @@ def read_wav(path: Path, what: str) -> tuple[np.ndarray, int]:
             b = np.frombuffer(raw, np.uint8).reshape(-1, 3)
             x = ((b[:, 0].astype(np.int32) | (b[:, 1].astype(np.int32) << 8) | (b[:, 2].astype(np.int32) << 16))
                  << 8 >> 8).astype(np.float32) / 2**23
-        else:
+        elif width in (2, 4):
             x = np.frombuffer(raw, {2: "<i2", 4: "<i4"}[width]).astype(np.float32) / 2 ** (8 * width - 1)
+        else:
+            raise ConfigError(f"{what}: {8 * width}-bit PCM is not read",
+                              hint="8, 16, 24 or 32-bit PCM, or 32-bit float")
     except wave.Error as e:
         if "unknown format: 3" not in str(e):
             raise ConfigError(f"{what}: not a WAV file the front end reads: {e}",
                               hint="PCM or 32-bit float WAV; convert others with `sox in.flac out.wav`") from None
         x, rate, channels = _float_wav(data, what)
     if channels > 1:
-        x = x.reshape(-1, channels).mean(axis=1)
+        x = x[: len(x) // channels * channels].reshape(-1, channels).mean(axis=1)
+    if not len(x):
+        raise ConfigError(f"{what}: the recording holds no samples", hint="check the file")
     return x.astype(np.float32), rate
 
 

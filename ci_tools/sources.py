@@ -194,11 +194,13 @@ class SourceStore:
             r.raise_for_status()
             files = r.json().get("files", [])
         except (requests.RequestException, ValueError) as e:
-            raise SourceError(f"{name}=={version}: the package index {index} did not list its files: "
-                              f"{type(e).__name__}", hint="check the name and the network") from None
+            raise SourceError(f"{name}=={version}: the package index {_public(index)} did not list its files as "
+                              f"JSON (PEP 691): {type(e).__name__}",
+                              hint="check the name and the network; set PIP_INDEX_URL to an index that "
+                                   "serves the JSON simple API") from None
         entry = next((f for f in files if f.get("filename") in want), None)
         if entry is None:
-            raise SourceError(f"{name}=={version}: no source archive on {index}",
+            raise SourceError(f"{name}=={version}: no source archive on {_public(index)}",
                               hint="set archive: wheel if the files are in the wheel, or pin another version")
         sha = (entry.get("hashes") or {}).get("sha256")
         if not sha:
@@ -295,6 +297,11 @@ def _installed_file(name: str, version: str, member: str) -> Path | None:
         return None
     path = Path(str(dist.locate_file(member)))
     return path if path.is_file() else None
+
+
+def _public(url: str) -> str:
+    """An index URL as errors may show it: without the user and password it may carry."""
+    return re.sub(r"//[^/@]+@", "//", url)
 
 
 def _index_url() -> str:

@@ -196,6 +196,28 @@ def forget(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def _one_run_per_step(backend):
+    """A route without an emulator session (qairt: one qnn-net-run per call) runs a stream one step per run:
+    slower, the same judgement. A route with no emulator at all returns None from run: no verification."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def stepper(job, result):
+        def step(feed):
+            ran = backend.run(job, result, [feed])
+            if ran is None:
+                raise _NoEmulator
+            return ran[0][0]
+
+        yield step
+
+    return stepper
+
+
+class _NoEmulator(Exception):
+    pass
+
+
 def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     """Run the binary on the emulator and judge it against CPU: (Verification, emulator seconds in all),
     or None when the route has no emulator here."""
@@ -205,15 +227,16 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     names = [o.name for o in spec.prepared.outputs]
     ss = spec.sample_set
     if ss is not None and ss.stream is not None:
-        stepper = getattr(backend, "stepper", None)
-        if stepper is None:
-            return None
+        stepper = getattr(backend, "stepper", None) or _one_run_per_step(backend)
         cpu = cpu_session(spec.prepared.path)
         reference = [run_stream(lambda f: cpu.run(None, f), steps, ss.stream.carry, names)[1]
                      for _, steps in ss.streams]
         start = time.monotonic()
-        with stepper(job, result) as step:
-            compiled = [run_stream(step, steps, ss.stream.carry, names)[1] for _, steps in ss.streams]
+        try:
+            with stepper(job, result) as step:
+                compiled = [run_stream(step, steps, ss.stream.carry, names)[1] for _, steps in ss.streams]
+        except _NoEmulator:
+            return None
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)
         v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th, ss.stream,

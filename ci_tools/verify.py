@@ -161,13 +161,22 @@ def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit:
     judged by how many positions pick another class than CPU, not by its probabilities' values."""
     flips = positions = 0
     worst = (0.0, None)
+    broken = []  # NaN or HTP garbage in any sample: never passed on the class picked
     for sample, r, g in zip(names, reference, compiled):
         a, b = np.asarray(r[k]), np.asarray(g[k])
+        bad = int(np.count_nonzero(~np.isfinite(b.astype(np.float64))))
+        if bad:
+            broken.append(f"{bad} NaN/Inf values on {sample}")
+        garbage = _fp16_garbage(b)
+        if garbage:
+            broken.append(f"{garbage} on {sample}")
+        if a.shape[-1] < 2:
+            broken.append(f"argmax over a last axis of size {a.shape[-1]}: there is no class to pick")
         differ = a.reshape(-1, a.shape[-1]).argmax(-1) != b.reshape(-1, b.shape[-1]).argmax(-1)
         flips, positions = flips + int(differ.sum()), positions + differ.size
         worst = max(worst, (float(differ.mean()), sample), key=lambda x: x[0])
     d.update(argmax_flips=flips, argmax_positions=positions)
-    kept = [f for f in d["failures"] if "NaN" in f or "beyond fp16" in f]
+    kept = sorted(set(broken), key=broken.index)
     if flips > limit * positions:
         kept.append(f"{flips} of {positions} positions pick another class than CPU "
                     f"({100 * flips / positions:.1f}% > {100 * limit:.1f}%; worst {worst[1]})")

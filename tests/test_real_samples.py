@@ -236,3 +236,50 @@ def test_inspect_names_the_nodes_that_leave_fp16_range_on_real_samples(tmp_path)
     assert found[0]["node"] == "square" and found[0]["kind"] == "overflow" and found[0]["path"][-1] == "output 'y'"
     r = run_cli("inspect", str(f), "--soc", "SM8750", "--samples", str(tmp_path / "nowhere"))
     assert r.returncode != 0 and "--samples" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sample_mistakes_are_one_line_errors_on_their_model_and_never_switch_a_check_off(tmp_path):
+    """A misspelt front-end input, carried output or range, an empty recording: each fails its model's targets
+    with a line naming the key, the build goes on and writes its report."""
+    pytest.importorskip("onnxruntime_qnn")
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    _npz_samples(tmp_path / "s", scale=1.0, n=1)
+    base = path_model(tmp_path, "m", f, chips=["SM8750"])
+    r, t = _build(tmp_path, {**base, "samples": {**_path_samples(tmp_path, ["s/s0.npz"]),
+                                                 "front_end": {"kind": "image", "input": "pixels"}}})
+    assert r.returncode == 8 and "samples feed no graph: no graph has the input 'pixels'" in t["error"]
+    assert "Traceback" not in r.stderr
+    r, t = _build(tmp_path, {**base, "samples": {**_path_samples(tmp_path, ["s/s0.npz"]), "argmax": {"yy": 0.1}}})
+    assert r.returncode == 8 and "argmax: graph 'main' has no output 'yy'" in t["error"]
+    _wav(tmp_path / "empty.wav", np.zeros(0, np.float32), rate=8000)
+    audio = _path_samples(tmp_path, ["empty.wav"], kind="audio", input="x", window=32)
+    r, t = _build(tmp_path, {**base, "samples": audio})
+    assert r.returncode == 8 and "empty.wav: the recording holds no samples" in t["error"]
+
+
+def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
+    """The qairt route runs qnn-net-run once per call: a stream goes through it step by step, the state fed
+    back; a route with no emulator at all leaves the target unverified (None), never judged on nothing."""
+    from ci_tools.samples import run_stream
+    from ci_tools.target_job import _NoEmulator, _one_run_per_step
+
+    class NetRun:  # stands in for QairtBackend.run: one process per call, outputs of each feed
+        calls = 0
+
+        def run(self, job, result, feeds):
+            NetRun.calls += 1
+            (f,) = feeds
+            return [[f["x"] * 2, f["state"] + 1]], 0.01
+
+    steps = [{"x": np.full((1, 2), float(i), np.float32), "state": np.zeros((1, 2), np.float32)} for i in range(3)]
+    with _one_run_per_step(NetRun())(None, None) as step:
+        fed, outs = run_stream(step, steps, {"stateN": "state"}, ["y", "stateN"])
+    assert NetRun.calls == 3 and [float(f["state"][0, 0]) for f in fed] == [0.0, 1.0, 2.0]
+
+    class NoEmulator:
+        def run(self, job, result, feeds):
+            return None
+
+    with pytest.raises(_NoEmulator), _one_run_per_step(NoEmulator())(None, None) as step:
+        step(steps[0])

@@ -58,8 +58,15 @@ def verify_clips(loaded, model, cache: Path) -> tuple[list[Clip], bool]:
             read_wav(files[name])
         except WhisperInputError as e:
             raise ConfigError(f"{model.name}: verify.recordings: {name}: {e}") from None
-        out.append(Clip(path=files[name], text=text, sha256=sha256_file(files[name]), label=Path(name).name))
+        out.append(Clip(path=files[name], text=text, sha256=sha256_file(files[name]), label=_label(name, rec.texts)))
     return out, True
+
+
+def _label(name: str, all_names) -> str:
+    """A recording's name in reports: its file name, with its folder when another file has the same name."""
+    short = Path(name).name
+    clash = [n for n in all_names if Path(n).name == short]
+    return short if len(clash) == 1 else f"{Path(name).parent.name}/{short}"
 
 
 def load_clips(root: Path, clips_file: str) -> list[Clip]:
@@ -104,7 +111,7 @@ SPELLED = {"mr": "mister", "mrs": "missus", "dr": "doctor", "ok": "okay"}
 
 
 def _spell(token: str) -> list[str]:
-    if token.isdigit() and int(token) < 100:
+    if re.fullmatch(r"[0-9]{1,2}", token):
         n = int(token)
         return [ONES[n]] if n < 20 else [TENS[n // 10]] + ([ONES[n % 10]] if n % 10 else [])
     return [SPELLED.get(token, token)]
