@@ -275,6 +275,7 @@ def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
     steps = [{"x": np.full((1, 2), float(i), np.float32), "state": np.zeros((1, 2), np.float32)} for i in range(3)]
     with _one_run_per_step(NetRun())(None, None) as step:
         fed, outs = run_stream(step, steps, {"stateN": "state"}, ["y", "stateN"])
+    assert [float(o[0][0, 0]) for o in outs] == [0.0, 2.0, 4.0]
     assert NetRun.calls == 3 and [float(f["state"][0, 0]) for f in fed] == [0.0, 1.0, 2.0]
 
     class NoEmulator:
