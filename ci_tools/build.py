@@ -461,8 +461,14 @@ def _unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | N
     from .errors import ConfigError
     from .samples import graph_uses
 
-    if m.samples is None or not preps or any(graph_uses(m.samples, g, [i.name for i in p.inputs])
-                                             for g, p in preps.items()):
+    if m.samples is None or not preps:
+        return None
+    outputs = {o.name for p in preps.values() for o in p.outputs}
+    for name in m.samples.argmax:
+        if name not in outputs and len(preps) == len(m.graphs):
+            return ConfigError(f"{m.name}: samples.argmax: no graph has the output '{name}'",
+                               hint=f"outputs: {', '.join(sorted(outputs))}")
+    if any(graph_uses(m.samples, g, [i.name for i in p.inputs]) for g, p in preps.items()):
         return None
     fe = m.samples.front_end
     names = sorted({i.name for p in preps.values() for i in p.inputs})

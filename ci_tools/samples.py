@@ -114,14 +114,15 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path], outpu
     steps = sum(len(st) for _, st in streams)
     how = f"{len(streams)} streams, {steps} steps" if s.stream else f"{steps} samples"
     note = (f"real samples: {s.description} ({len(files)} {kind}, {how}; {_where(s.source)}; licence {s.license})")
-    return SampleSet(streams=streams, files=shas, note=note, stream=s.stream, argmax=dict(s.argmax) or None)
+    mine = {n: v for n, v in s.argmax.items() if outputs is None or n in {o.name for o in outputs}}
+    return SampleSet(streams=streams, files=shas, note=note, stream=s.stream, argmax=mine or None)
 
 
 def _check_output_names(s: Samples, graph: str, outputs: list[str] | None, what: str) -> None:
     """Every output a declared check names exists: a misspelt name would silently switch the check off."""
     if outputs is None:
         return
-    named = [("argmax", n) for n in s.argmax]
+    named = []  # argmax may name any graph's output: it applies where the graph has it (checked per model)
     if s.stream is not None:
         named += [("stream.carry", n) for n in s.stream.carry] + [("stream.decisions", n) for n in s.stream.decisions]
         named += [("stream.range", n) for n in s.stream.range]

@@ -251,7 +251,7 @@ def test_sample_mistakes_are_one_line_errors_on_their_model_and_never_switch_a_c
     assert r.returncode == 8 and "samples feed no graph: no graph has the input 'pixels'" in t["error"]
     assert "Traceback" not in r.stderr
     r, t = _build(tmp_path, {**base, "samples": {**_path_samples(tmp_path, ["s/s0.npz"]), "argmax": {"yy": 0.1}}})
-    assert r.returncode == 8 and "argmax: graph 'main' has no output 'yy'" in t["error"]
+    assert r.returncode == 8 and "samples.argmax: no graph has the output 'yy'" in t["error"]
     _wav(tmp_path / "empty.wav", np.zeros(0, np.float32), rate=8000)
     audio = _path_samples(tmp_path, ["empty.wav"], kind="audio", input="x", window=32)
     r, t = _build(tmp_path, {**base, "samples": audio})
