@@ -35,7 +35,7 @@ from .report import table, write_json
 from .samples import SampleSet, calibration_feeds, make_samples
 from .sources import SourceStore, default_cache, sha256_file
 from .target_job import COMPILE_VERSION, TargetSpec, copy_atomic, forget, put_in_store, run_target
-from .verify import verdict
+from .verify import verdict, verdict_label
 
 REPORT = "build-report.json"
 
@@ -572,7 +572,7 @@ def summary(report: BuildReport) -> str:
         cos = (r.get("parity") or {}).get("cosine")
         mark = "*" if r.get("passed_by") == "max_abs" else ""
         status = r["status"] + (", unverified" if r["status"] in ("ok", "cached") and not r.get("verified") else "")
-        on = {"real-samples": "real samples", "generated-inputs": "generated only"}.get(verdict(r), "")
+        on = verdict_label(r) if verdict(r) != "not-verified" else ""
         rows.append((r["id"], status, f"{r.get('size', 0) / 1e6:.2f} MB" if r.get("size") else "",
                      f"{r.get('seconds', 0):.1f}" if r["status"] != "cached" else "-",
                      f"{cos:.6f}{mark}" if cos is not None else "", on if r["status"] != "failed" else ""))

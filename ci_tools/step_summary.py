@@ -10,7 +10,7 @@ import os
 import sys
 
 from .templating import render
-from .verify import verdict
+from .verify import verdict_label
 
 SYMBOL = {"failed": "❌ failed", "ok": "✅ ok", "cached": "✅ cached"}
 
@@ -37,8 +37,7 @@ def build(report) -> str:
         rows.append({"id": r["id"], "status": SYMBOL.get(r["status"], r["status"]), "failed": r["status"] == "failed",
                      "size": r.get("size"), "seconds": r.get("compile_seconds"), "cosine": parity.get("cosine"),
                      "snr": parity.get("snr_db"), "max_abs": r.get("passed_by") == "max_abs",
-                     "verified_on": {"real-samples": "real samples", "generated-inputs": "generated inputs only",
-                                     "not-verified": "not verified"}[verdict(r)] if not r.get("error") else "",
+                     "verified_on": verdict_label(r) if not r.get("error") else "",
                      "emulator_ms": round(r["emulator_seconds"] * 1000, 3) if r.get("emulator_seconds") else None,
                      "cause": r.get("error"), "exit_code": r.get("exit_code")})
     ok = sum(r["status"] in ("ok", "cached") for r in report.records)

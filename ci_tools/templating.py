@@ -7,6 +7,7 @@ import functools
 import jinja2
 
 from .paths import TEMPLATES
+from .verify import verdict_label
 
 
 @functools.lru_cache(maxsize=1)
@@ -15,6 +16,7 @@ def env() -> jinja2.Environment:
                            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                            autoescape=False)  # noqa: S701 - Markdown and YAML, not HTML
     e.filters["mb"] = lambda n: f"{(n or 0) / 1e6:.2f} MB"
+    e.filters["verdict"] = verdict_label  # a record or a manifest asset (verified, verified_on)
     # a Markdown table cell: one line, no column break
     e.filters["cell"] = lambda s: " ".join(str(s).split()).replace("|", "\\|")
     return e

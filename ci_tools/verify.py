@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +54,14 @@ FP16_MAX = 65504.0
 # The three honest verdicts, wherever a result is shown (target_job records ``verified_on``)
 VERDICTS = {"real-samples": "verified on real samples", "generated-inputs": "verified on generated inputs only",
             "not-verified": "not verified"}
+
+
+VERDICT_LABELS = {"real-samples": "real samples", "generated-inputs": "generated only", "not-verified": "not verified"}
+
+
+def verdict_label(record: dict) -> str:
+    """The verdict as tables show it (the summary's, the step summaries', the release notes')."""
+    return VERDICT_LABELS[verdict(record)]
 
 
 def verdict(record: dict) -> str:
@@ -143,17 +150,23 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
             _judge_argmax(per_output[name], output_names.index(name), reference, compiled, names, limit)
     vectors = [d for d in per_output.values() if "relative_error" not in d] or [
         {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
+    return _conclude(target_id, per_output, vectors, thresholds, precision, inputs_note, emulator_seconds,
+                     len(reference))
+
+
+def _conclude(target_id: str, per_output: dict[str, dict], vectors: list[dict], thresholds: Thresholds,
+              precision: str, inputs_note: str | None, emulator_seconds: float | None, samples: int) -> Verification:
+    """The verdict over every output judged: raise naming the worst failing output, or the Verification."""
     overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")}) for d in vectors])
     failing = {n: d for n, d in per_output.items() if d["failures"]}
     worst_name = (min(failing, key=lambda n: (failing[n]["cosine"], failing[n]["snr_db"])) if failing else
                   min(per_output, key=lambda n: (per_output[n]["cosine"], per_output[n]["snr_db"])))
-    by = {d["passed_by"] for d in per_output.values()}
-    v = Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
-                     emulator_seconds=emulator_seconds, samples=len(reference),
-                     passed_by="max_abs" if "max_abs" in by else "argmax" if "argmax" in by else "cosine")
     if failing:
         _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note)
-    return dataclasses.replace(v, worst_output=worst_name)
+    by = {d["passed_by"] for d in per_output.values()}
+    return Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
+                        emulator_seconds=emulator_seconds, samples=samples, worst_output=worst_name,
+                        passed_by="max_abs" if "max_abs" in by else "argmax" if "argmax" in by else "cosine")
 
 
 def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit: float) -> None:
@@ -266,14 +279,5 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
             if garbage:
                 d["failures"].append(garbage)
         per_output[name] = d
-    failing = {n: d for n, d in per_output.items() if d["failures"]}
-    worst_name = (min(failing, key=lambda n: (failing[n]["cosine"], failing[n]["snr_db"])) if failing else
-                  min(per_output, key=lambda n: (per_output[n]["cosine"], per_output[n]["snr_db"])))
-    if failing:
-        _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note)
-    overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")})
-                     for d in per_output.values()])
-    by = {d["passed_by"] for d in per_output.values()}
-    return Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
-                        emulator_seconds=emulator_seconds, samples=steps, worst_output=worst_name,
-                        passed_by="max_abs" if "max_abs" in by else "cosine")
+    return _conclude(target_id, per_output, list(per_output.values()), thresholds, precision, inputs_note,
+                     emulator_seconds, steps)
