@@ -9,19 +9,19 @@ carried into start at zeros, and are filled from the previous step by whoever ru
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import audio
+from .audio import AudioError, read_audio
 from .errors import ConfigError
 from .matrix import AudioFrontEnd, ImageFrontEnd, Model, Samples, Stream
 
 SAMPLES_VERSION = 1  # bump when a front end changes the arrays it makes
-EXTENSIONS = {"audio": (".wav",), "image": (".png", ".jpg", ".jpeg", ".bmp", ".webp"), "npz": (".npz",)}
+EXTENSIONS = {"audio": audio.EXTENSIONS, "image": (".png", ".jpg", ".jpeg", ".bmp", ".webp"), "npz": (".npz",)}
 
 
 @dataclass(frozen=True)
@@ -153,50 +153,12 @@ def _zeros(t) -> np.ndarray:
 
 
 def read_wav(path: Path, what: str) -> tuple[np.ndarray, int]:
-    """Mono float audio in [-1, 1) and its rate; PCM 8/16/24/32-bit or IEEE float 32-bit WAV."""
-    data = path.read_bytes()
+    """Mono float audio in [-1, 1] and its rate (WAV of any PCM width or float, FLAC, Ogg: `audio.read_audio`)."""
     try:
-        with wave.open(io.BytesIO(data)) as w:
-            rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
-            raw = w.readframes(w.getnframes())
-        if width == 1:
-            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
-        elif width == 3:
-            b = np.frombuffer(raw, np.uint8).reshape(-1, 3)
-            x = ((b[:, 0].astype(np.int32) | (b[:, 1].astype(np.int32) << 8) | (b[:, 2].astype(np.int32) << 16))
-                 << 8 >> 8).astype(np.float32) / 2**23
-        elif width in (2, 4):
-            x = np.frombuffer(raw, {2: "<i2", 4: "<i4"}[width]).astype(np.float32) / 2 ** (8 * width - 1)
-        else:
-            raise ConfigError(f"{what}: {8 * width}-bit PCM is not read",
-                              hint="8, 16, 24 or 32-bit PCM, or 32-bit float")
-    except wave.Error as e:
-        if "unknown format: 3" not in str(e):
-            raise ConfigError(f"{what}: not a WAV file the front end reads: {e}",
-                              hint="PCM or 32-bit float WAV; convert others with `sox in.flac out.wav`") from None
-        x, rate, channels = _float_wav(data, what)
-    if channels > 1:
-        x = x[: len(x) // channels * channels].reshape(-1, channels).mean(axis=1)
-    if not len(x):
-        raise ConfigError(f"{what}: the recording holds no samples", hint="check the file")
-    return x.astype(np.float32), rate
-
-
-def _float_wav(data: bytes, what: str) -> tuple[np.ndarray, int, int]:
-    import struct
-
-    pos, rate, channels, bits = 12, 0, 1, 0
-    while pos + 8 <= len(data):
-        cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
-        body = data[pos + 8:pos + 8 + size]
-        if cid == b"fmt ":
-            _, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
-        elif cid == b"data":
-            if bits != 32:
-                break
-            return np.frombuffer(body[: len(body) // 4 * 4], "<f4").copy(), rate, channels
-        pos += 8 + size + (size & 1)
-    raise ConfigError(f"{what}: a float WAV the front end does not read ({bits}-bit)", hint="use 32-bit float or PCM")
+        x, rate, _ = read_audio(path)
+    except AudioError as e:
+        raise ConfigError(f"{what}: {str(e).removeprefix(path.name + ': ')}", hint=e.hint) from None
+    return x, rate
 
 
 def resample(x: np.ndarray, rate: int, to: int) -> np.ndarray:

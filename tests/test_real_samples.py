@@ -11,6 +11,7 @@ import wave
 import numpy as np
 import pytest
 
+from ci_tools.errors import ConfigError
 from ci_tools.matrix import Stream, Thresholds
 from ci_tools.verify import check_streams, judge
 from tests import models
@@ -153,6 +154,30 @@ def test_audio_front_end_windows_with_context_and_resampling(tmp_path):
     w = audio_windows(fe, z, 576)
     assert all(len(a) == 576 for a in w) and np.all(w[0][:64] == 0) and np.array_equal(w[1][:64], w[0][-64:])
     assert len(w) == 16000 // 512
+
+
+def test_audio_reader_takes_what_recorders_write(tmp_path):
+    """WAVE_FORMAT_EXTENSIBLE (sox/ffmpeg's 24-bit and multichannel WAV), FLAC, float and 8-bit WAV, stereo
+    averaged; a file libsndfile cannot decode is one line naming it, with the fix."""
+    import soundfile
+
+    from ci_tools.samples import read_wav
+
+    x = (np.sin(np.arange(4000) / 7) * 0.5).astype(np.float32)
+    cases = {"ext24.wav": ("WAVEX", "PCM_24", 1e-6), "pcm8.wav": ("WAV", "PCM_U8", 1e-2),
+             "float.wav": ("WAV", "FLOAT", 0.0), "speech.flac": ("FLAC", "PCM_16", 1e-4)}
+    for name, (fmt, subtype, tol) in cases.items():
+        soundfile.write(str(tmp_path / name), x, 16000, format=fmt, subtype=subtype)
+        y, rate = read_wav(tmp_path / name, name)
+        assert rate == 16000 and y.dtype == np.float32 and np.max(np.abs(y - x)) <= tol, name
+    assert (tmp_path / "ext24.wav").read_bytes()[20:22] == b"\xfe\xff"  # the format tag of EXTENSIBLE
+    soundfile.write(str(tmp_path / "stereo.wav"), np.stack([x, -x / 2], axis=1), 16000, subtype="PCM_24")
+    y, _ = read_wav(tmp_path / "stereo.wav", "stereo.wav")
+    assert np.max(np.abs(y - x / 4)) < 1e-6
+    (tmp_path / "notes.wav").write_text("not audio")
+    with pytest.raises(ConfigError, match=r"^samples: notes.wav: not a recording libsndfile reads") as e:
+        read_wav(tmp_path / "notes.wav", "samples: notes.wav")
+    assert "sox notes.wav out.wav" in e.value.hint and str(tmp_path) not in str(e.value)
 
 
 @pytest.mark.network
