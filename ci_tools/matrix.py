@@ -101,6 +101,12 @@ class Exclude(_Frozen):
     graph: str | None = None
 
 
+class OutputSlice(_Frozen):
+    axis: int = Field(default=-1, description="the axis the slice cuts (negative: from the end)")
+    start: int = Field(default=0, ge=0)
+    stop: int | None = Field(default=None, gt=0, description="one past the last index (default: the axis' end)")
+
+
 class Options(_Frozen):
     fan_out: Literal["chip", "target"] = Field(
         default="chip", description="one CI job per chip and precision (graphs converted once), or per target")
@@ -112,6 +118,9 @@ class Options(_Frozen):
     fp16_overflow_ok: str | None = Field(
         default=None, min_length=10, description="why fp16 may go ahead although the graph's values leave fp16's "
         "range on its own samples (the build refuses it otherwise, naming the node)")
+    slices: dict[str, dict[Name, OutputSlice]] = Field(
+        default={}, description="output -> named slices judged on their own, for an output that mixes scales: "
+        "{output0: {boxes: {stop: 4}, scores: {start: 4}}} (a detector's box pixels and class scores in one tensor)")
     fp16_unknown: Literal["refuse", "try"] = Field(
         default="refuse", description="fp16 on a chip whose fp16 support no source gives (fp16: null in "
         "matrix/socs.yaml): refuse it, or try (the compile fails if the HTP has no fp16)")

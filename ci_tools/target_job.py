@@ -154,7 +154,7 @@ def run_target(spec: TargetSpec) -> dict:
                            "per_output": v.per_output, "thresholds": v.thresholds,
                            "emulator_seconds": round(v.emulator_seconds, 4),
                            "emulator_seconds_total": round(total, 4), "verify_samples": v.samples,
-                           "passed_by": v.passed_by, "worst_output": v.worst_output})
+                           "passed_by": v.passed_by, "worst_output": v.worst_output, "per_sample": v.per_sample})
             if spec.sample_set is not None:
                 record["samples"] = spec.sample_set.as_dict()
         from datetime import datetime, timezone
@@ -240,7 +240,8 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)
         v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th, ss.stream,
-                          total / max(1, steps), precision=spec.precision, inputs_note=inputs_note)
+                          total / max(1, steps), precision=spec.precision, inputs_note=inputs_note,
+                          slices=spec.options.slices)
         return v, total
     if ss is not None:
         feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]
@@ -253,5 +254,6 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     outputs, emu_seconds = ran
     reference = run_cpu(spec.prepared.path, feeds)
     v = check(spec.target_id, names, reference, outputs, th, emu_seconds, precision=spec.precision,
-              inputs_note=inputs_note, sample_names=sample_names, argmax=ss.argmax if ss is not None else None)
+              inputs_note=inputs_note, sample_names=sample_names, argmax=ss.argmax if ss is not None else None,
+              slices=spec.options.slices)
     return v, emu_seconds * len(feeds)

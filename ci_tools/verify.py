@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import VerifyError
-from .matrix import Options, Stream, Thresholds
+from .errors import ConfigError, VerifyError
+from .matrix import Options, OutputSlice, Stream, Thresholds
 from .metrics import Parity, compare, worst
 
 # fp16 activations are usually lossless; 8-bit weights must be checked (REFERENCE.md section 1.7).
@@ -30,6 +30,7 @@ class Verification:
     samples: int
     passed_by: str = "cosine"  # or "max_abs": within the absolute tolerance though cosine/SNR are low
     worst_output: str | None = None
+    per_sample: list[dict] | None = None  # every sample's numbers per output (sample_numbers)
 
 
 def thresholds_for(options: Options, precision: str) -> Thresholds:
@@ -110,16 +111,56 @@ def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds, peak: float | None =
     return d
 
 
+def sliced_names(output_names: list[str], slices: dict[str, dict[str, OutputSlice]] | None) -> list[str]:
+    """The names outputs are judged under: an output with declared slices becomes ``output[slice]`` each."""
+    return [f"{n}[{s}]" if n in (slices or {}) else n for n in output_names for s in (slices or {}).get(n, {None: 0})]
+
+
+def cut_slices(output_names: list[str], outs: list[np.ndarray],
+               slices: dict[str, dict[str, OutputSlice]] | None) -> list[np.ndarray]:
+    """One sample's outputs with each sliced output replaced by its slices (in ``sliced_names`` order)."""
+    if not slices:
+        return list(outs)
+    cut = []
+    for name, a in zip(output_names, outs):
+        if name not in slices:
+            cut.append(a)
+            continue
+        a = np.asarray(a)
+        for sname, sl in slices[name].items():
+            axis = sl.axis + a.ndim if sl.axis < 0 else sl.axis
+            stop = a.shape[axis] if axis < a.ndim and sl.stop is None else sl.stop
+            if not 0 <= axis < a.ndim or not sl.start < min(stop, a.shape[axis]):
+                raise ConfigError(f"options.slices.{name}.{sname}: axis {sl.axis}, {sl.start}:{sl.stop} is empty or "
+                                  f"outside the output's shape {list(a.shape)}",
+                                  hint="a slice names an axis of the output and a non-empty start:stop on it")
+            cut.append(np.take(a, range(sl.start, min(stop, a.shape[axis])), axis=axis))
+    return cut
+
+
+def sample_numbers(sample: str, output: str, d: dict) -> dict:
+    """One sample's numbers for one output, as the record keeps them (every sample, not only the worst)."""
+    return {"sample": sample, "output": output, "cosine": round(float(d["cosine"]), 6),
+            "snr_db": round(float(d["snr_db"]), 2), "max_abs": float(f"{d['max_abs']:.4g}"),
+            "passed": not d["failures"]}
+
+
 def check(target_id: str, output_names: list[str], reference: list[list[np.ndarray]],
           compiled: list[list[np.ndarray]], thresholds: Thresholds, emulator_seconds: float | None,
           precision: str = "fp16", inputs_note: str | None = None,
-          sample_names: list[str] | None = None, argmax: dict[str, float] | None = None) -> Verification:
+          sample_names: list[str] | None = None, argmax: dict[str, float] | None = None,
+          slices: dict[str, dict[str, OutputSlice]] | None = None) -> Verification:
     """Every output judged on its own, on every sample: a small output that disagrees is not hidden by
-    large ones that agree. The worst sample of each output is kept (and named), failed or not.
+    large ones that agree. The worst sample of each output is named; every sample's numbers are kept.
+    An output with declared ``slices`` is judged slice by slice (box pixels apart from class scores).
 
     ``argmax``: outputs judged by the class they pick (the argmax over the last axis, at every other
     position) instead of their values: at most that share of positions may pick differently."""
+    reference = [cut_slices(output_names, o, slices) for o in reference]
+    compiled = [cut_slices(output_names, o, slices) for o in compiled]
+    output_names = sliced_names(output_names, slices)
     per_output: dict[str, dict] = {}
+    per_sample: list[dict] = []
     peaks = {n: max((float(np.max(np.abs(np.asarray(o[k], dtype=np.float64)))) if np.asarray(o[k]).size else 0.0)
                     for o in reference) for k, n in enumerate(output_names)} if reference else {}
     names = sample_names or [f"sample {i}" for i in range(len(reference))]
@@ -136,6 +177,7 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
             garbage = _fp16_garbage(g) if precision == "fp16" else None
             if garbage:
                 d["failures"].append(garbage)
+            per_sample.append(sample_numbers(sample, name, d))
             old = per_output.get(name)
 
             def badness(x: dict) -> tuple:  # a one-number output's worst sample is its largest relative error
@@ -151,21 +193,23 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
     vectors = [d for d in per_output.values() if "relative_error" not in d] or [
         {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
     return _conclude(target_id, per_output, vectors, thresholds, precision, inputs_note, emulator_seconds,
-                     len(reference))
+                     len(reference), per_sample)
 
 
 def _conclude(target_id: str, per_output: dict[str, dict], vectors: list[dict], thresholds: Thresholds,
-              precision: str, inputs_note: str | None, emulator_seconds: float | None, samples: int) -> Verification:
+              precision: str, inputs_note: str | None, emulator_seconds: float | None, samples: int,
+              per_sample: list[dict]) -> Verification:
     """The verdict over every output judged: raise naming the worst failing output, or the Verification."""
     overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")}) for d in vectors])
     failing = {n: d for n, d in per_output.items() if d["failures"]}
     worst_name = (min(failing, key=lambda n: (failing[n]["cosine"], failing[n]["snr_db"])) if failing else
                   min(per_output, key=lambda n: (per_output[n]["cosine"], per_output[n]["snr_db"])))
     if failing:
-        _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note)
+        _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note, per_sample)
     by = {d["passed_by"] for d in per_output.values()}
     return Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
                         emulator_seconds=emulator_seconds, samples=samples, worst_output=worst_name,
+                        per_sample=per_sample,
                         passed_by="max_abs" if "max_abs" in by else "argmax" if "argmax" in by else "cosine")
 
 
@@ -208,7 +252,8 @@ def _fp16_garbage(got: np.ndarray) -> str | None:
             "NaN/inf, values out there are its garbage from an invalid operation upstream")
 
 
-def _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note) -> None:
+def _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note,
+                   per_sample) -> None:
     d = failing[worst_name]
     near_zero = d["peak_cpu"] < 0.05
     hint = (f"the CPU values of '{worst_name}' are near zero on these inputs (max |y| {d['peak_cpu']:.3g}): "
@@ -225,23 +270,36 @@ def _raise_failure(target_id, per_output, failing, worst_name, thresholds, preci
     raise VerifyError(f"{target_id}: output '{worst_name}' differs from CPU{on}: "
                       f"{'; '.join(d['failures'])}{more}",
                       hint=hint, details={"per_output": per_output, "worst_output": worst_name,
-                                          "thresholds": thresholds.model_dump(), "verify_inputs": inputs_note})
+                                          "per_sample": per_sample, "thresholds": thresholds.model_dump(),
+                                          "verify_inputs": inputs_note})
 
 
 def check_streams(target_id: str, output_names: list[str], streams: list[str],
                   reference: list[list[list[np.ndarray]]], compiled: list[list[list[np.ndarray]]],
                   thresholds: Thresholds, stream: Stream, emulator_seconds: float | None,
-                  precision: str = "fp16", inputs_note: str | None = None) -> Verification:
+                  precision: str = "fp16", inputs_note: str | None = None,
+                  slices: dict[str, dict[str, OutputSlice]] | None = None) -> Verification:
     """A stateful graph run as streams (HTP and CPU each carrying its own state): each output judged over
     the whole sequence (its steps side by side), values outside the declared or CPU-observed range,
     decision flips at the declared thresholds, and the carried state's drift at each stream's end."""
+    reference = [[cut_slices(output_names, o, slices) for o in s] for s in reference]
+    compiled = [[cut_slices(output_names, o, slices) for o in s] for s in compiled]
+    output_names = sliced_names(output_names, slices)
     per_output: dict[str, dict] = {}
+    per_sample: list[dict] = []
     steps = sum(len(s) for s in reference)
     for k, name in enumerate(output_names):
         r = [np.asarray(step[k], dtype=np.float64).ravel() for s in reference for step in s]
         g = [np.asarray(step[k], dtype=np.float64).ravel() for s in compiled for step in s]
         where = [(sname, i) for sname, s in zip(streams, reference) for i in range(len(s))]
         rr, gg = np.concatenate(r), np.concatenate(g)
+        at = 0
+        for sname, sr in zip(streams, reference):  # each stream's own numbers, over its steps
+            n = sum(np.asarray(step[k]).size for step in sr)
+            if n:
+                per_sample.append(sample_numbers(sname, name, judge(rr[at:at + n], gg[at:at + n], thresholds,
+                                                                    peak=float(np.max(np.abs(rr))))))
+            at += n
         d = judge(rr, gg, thresholds, peak=float(np.max(np.abs(rr))) if rr.size else 0.0)
         d["peak_cpu"] = float(np.max(np.abs(rr))) if rr.size else 0.0
         errs = [float(np.max(np.abs(a - b))) if a.size else 0.0 for a, b in zip(r, g)]
@@ -280,4 +338,4 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
                 d["failures"].append(garbage)
         per_output[name] = d
     return _conclude(target_id, per_output, list(per_output.values()), thresholds, precision, inputs_note,
-                     emulator_seconds, steps)
+                     emulator_seconds, steps, per_sample)

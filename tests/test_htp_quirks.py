@@ -17,3 +17,39 @@ def test_htp_gives_what_the_table_says(probe):
     got = run_probe(probe, soc_model=69, htp_arch=79)  # SM8750
     assert same(got, probe.htp), (f"{probe.describe()}: QNN {qnn_ep.qnn_version()} gives {got!r} (seen on "
                                   f"{probe.seen_on}): update the table and what rests on it")
+
+
+LIBFFI_CHILD = """
+import sys
+import numpy as np
+from ci_tools.htp_quirks import PROBES, run_probe
+from ci_tools.audio import read_audio
+run_probe(PROBES[0], soc_model=69, htp_arch=79)  # libQnnHtp.so is now in this process
+x, rate, channels = read_audio(sys.argv[1])  # through a child process: must not crash
+assert rate == 16000 and channels == 1 and abs(float(x[100]) - float(np.sin(100 / 7) * 0.5)) < 1e-3, x[:4]
+print("read", flush=True)
+if sys.argv[2] == "in-process":
+    import soundfile
+    soundfile.read(sys.argv[1])
+    print("in-process read survived", flush=True)
+"""
+
+
+def test_audio_is_read_after_the_qnn_library_is_loaded(tmp_path):
+    """libQnnHtp.so carries its own libffi symbols; once it is loaded, cffi calls (soundfile's) bind to them and
+    crash. audio.read_audio decodes FLAC in a child process; the in-process crash is kept as a recorded quirk,
+    so a QNN release that fixes it is noticed."""
+    import subprocess
+    import sys
+
+    from ci_tools import qnn_ep
+
+    flac = tmp_path / "speech.flac"  # written by a fresh process: this one may hold libQnnHtp.so already
+    subprocess.run([sys.executable, "-c", "import sys, numpy as np, soundfile; soundfile.write(sys.argv[1], "
+                    "(np.sin(np.arange(4000) / 7) * 0.5).astype('float32'), 16000)", str(flac)], check=True)
+    r = subprocess.run([sys.executable, "-c", LIBFFI_CHILD, str(flac), "child"], capture_output=True, text=True)
+    assert r.returncode == 0 and "read" in r.stdout, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", LIBFFI_CHILD, str(flac), "in-process"], capture_output=True, text=True)
+    assert "read" in r.stdout and r.returncode != 0 and "survived" not in r.stdout, (
+        f"QNN {qnn_ep.qnn_version()}: soundfile now works in a process that loaded libQnnHtp.so (seen crashing on "
+        "2.51.0): ci_tools/audio.py may read FLAC in-process again")

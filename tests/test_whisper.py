@@ -188,7 +188,7 @@ def test_bad_clips_are_one_line_errors(tiny, tmp_path):
             f.writeframes(np.repeat(audio, channels).tobytes())
     (tmp_path / "text.wav").write_text("not audio")
     for name, message in (("cd.wav", "44100 Hz: Whisper takes 16000 Hz mono"), ("stereo.wav", "2 channels"),
-                          ("text.wav", "not a recording libsndfile reads (Format not recognised)")):
+                          ("text.wav", "not a PCM WAV file")):
         r = run_cli("transcribe", "--target", str(root / "exp"), str(tmp_path / name))
         assert r.returncode == 2 and message in _one_line_error(r) and "sox" in r.stderr, r.stderr
     # a clips.yaml naming such a clip stops a build before anything compiles, on one line

@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from ...audio import AudioError, read_audio
 
 SAMPLE_RATE = 16000
 N_FFT = 400
@@ -39,12 +38,17 @@ class WhisperInputError(ValueError):
 
 
 def read_wav(path: str | Path) -> np.ndarray:
-    """A 16 kHz mono recording (WAV, FLAC, Ogg) as float32 in [-1, 1]; anything else is refused with the fix."""
+    """A 16 kHz mono PCM WAV as float32 in [-1, 1]; anything else is refused with the fix."""
     path = Path(path)
     try:
-        audio, rate, channels = read_audio(path)
-    except AudioError as e:
-        raise WhisperInputError(f"{path}: {str(e).removeprefix(path.name + ': ')}; {e.hint}") from None
+        with wave.open(str(path), "rb") as w:
+            rate, channels, width, n = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
+            raw = w.readframes(n)
+    except FileNotFoundError:
+        raise WhisperInputError(f"{path}: no such file") from None
+    except (wave.Error, EOFError, OSError) as e:
+        raise WhisperInputError(f"{path}: not a PCM WAV file ({e}); convert it: "
+                                f"sox {path.name} -r 16000 -c 1 -b 16 out.wav") from None
     problems = []
     if rate != SAMPLE_RATE:
         problems.append(f"{rate} Hz")
@@ -53,6 +57,16 @@ def read_wav(path: str | Path) -> np.ndarray:
     if problems:
         raise WhisperInputError(f"{path}: {', '.join(problems)}: Whisper takes 16000 Hz mono; convert it: "
                                 f"sox {path.name} -r 16000 -c 1 out.wav")
+    if width == 2:
+        audio = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
+    elif width == 4:
+        audio = np.frombuffer(raw, "<i4").astype(np.float32) / 2147483648.0
+    elif width == 1:
+        audio = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    else:
+        raise WhisperInputError(f"{path}: {8 * width}-bit samples; convert it: sox {path.name} -b 16 out.wav")
+    if audio.size == 0:
+        raise WhisperInputError(f"{path}: no samples")
     return audio
 
 
