@@ -457,13 +457,26 @@ def _sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepar
 
 
 def _unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | None:
-    """Samples that feed none of the model's graphs are a mistake (a misspelt input), not "no samples"."""
+    """Samples that feed none of the model's graphs are a mistake (a misspelt input), not "no samples"; so are
+    checks (argmax, slices) that name an output no graph has."""
     from .errors import ConfigError
     from .samples import graph_uses
 
-    if m.samples is None or not preps:
+    if not preps:
         return None
     outputs = {o.name for p in preps.values() for o in p.outputs}
+    stream = m.samples.stream if m.samples is not None else None
+    judged_whole = [*(m.samples.argmax if m.samples is not None else [])] + (
+        [*stream.decisions, *stream.range, *stream.carry] if stream is not None else [])
+    for name in m.options.slices:
+        if name not in outputs and len(preps) == len(m.graphs):
+            return ConfigError(f"{m.name}: options.slices: no graph has the output '{name}'",
+                               hint=f"outputs: {', '.join(sorted(outputs))}")
+        if name in judged_whole:
+            return ConfigError(f"{m.name}: options.slices.{name}: the output is also judged whole (samples.argmax or "
+                               "samples.stream names it)", hint="judge it whole or by slices, not both")
+    if m.samples is None:
+        return None
     for name in m.samples.argmax:
         if name not in outputs and len(preps) == len(m.graphs):
             return ConfigError(f"{m.name}: samples.argmax: no graph has the output '{name}'",

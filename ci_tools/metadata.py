@@ -88,6 +88,15 @@ class Parity(_M):
     nan_count: int
 
 
+class SampleNumbers(_M):
+    sample: str = Field(description="the sample file (a stream: the whole recording)")
+    output: str = Field(description="the graph output, or output[slice] (options.slices)")
+    cosine: float
+    snr_db: float
+    max_abs: float
+    passed: bool
+
+
 class Verification(_M):
     inputs: Literal["real", "generated"] = Field(description="the model's own real samples (`samples`, or "
                                                 "calibration.path) or inputs generated from a seed")
@@ -101,6 +110,8 @@ class Verification(_M):
     passed_by: Literal["cosine", "max_abs", "argmax"] | None = Field(
         default=None, description="max_abs: passed on the absolute tolerance, not on cosine; argmax: judged by the "
         "class each position picks (samples.argmax)")
+    per_sample: list[SampleNumbers] | None = Field(
+        default=None, description="every sample's numbers per output, HTP against CPU (the parity is the worst)")
 
 
 class GraphNumbers(_M):

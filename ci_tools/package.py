@@ -376,7 +376,8 @@ def verification(model: Model, target: dict) -> dict | None:
         f"seed {model.calibration.seed}"
     return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
             "description": target.get("verify_inputs"), "files": (target.get("samples") or {}).get("files"),
-            "samples": target.get("verify_samples"), "passed_by": target.get("passed_by")}
+            "samples": target.get("verify_samples"), "passed_by": target.get("passed_by"),
+            "per_sample": target.get("per_sample")}
 
 
 def _manifest_contract(manifest: dict) -> None:

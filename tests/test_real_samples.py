@@ -323,3 +323,40 @@ def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
 
     with pytest.raises(_NoEmulator), _one_run_per_step(NoEmulator())(None, None) as step:
         step(steps[0])
+
+
+def test_an_output_that_mixes_scales_is_judged_by_declared_slice_and_every_sample_is_kept():
+    """A detector head [1, anchors, 4 box pixels + 2 class scores]: the boxes (hundreds of pixels) hide class
+    scores that HTP got wrong when the output is judged whole; judged by slice, the scores fail, named."""
+    from ci_tools.errors import VerifyError
+    from ci_tools.matrix import OutputSlice
+    from ci_tools.verify import check
+
+    rng = np.random.default_rng(3)
+    ref, got = [], []
+    for _ in range(3):
+        boxes = rng.uniform(0, 640, (1, 50, 4)).astype(np.float32)
+        scores = rng.uniform(0, 1, (1, 50, 2)).astype(np.float32)
+        ref.append([np.concatenate([boxes, scores], axis=-1)])
+        got.append([np.concatenate([boxes + 0.05, 1 - scores], axis=-1)])  # the classes swapped
+    th = Thresholds(min_cosine=0.999, min_snr_db=20.0)
+    whole = check("det", ["output0"], ref, got, th, 0.1, sample_names=["a.jpg", "b.jpg", "c.jpg"])
+    assert whole.per_output["output0"]["cosine"] > 0.999  # the boxes hide it
+    assert [(d["sample"], d["output"]) for d in whole.per_sample] == [("a.jpg", "output0"), ("b.jpg", "output0"),
+                                                                      ("c.jpg", "output0")]
+    slices = {"output0": {"boxes": OutputSlice(stop=4), "scores": OutputSlice(start=4)}}
+    with pytest.raises(VerifyError, match=r"output 'output0\[scores\]' differs from CPU on .\.jpg") as e:
+        check("det", ["output0"], ref, got, th, 0.1, sample_names=["a.jpg", "b.jpg", "c.jpg"], slices=slices)
+    numbers = {(d["sample"], d["output"]): d for d in e.value.details["per_sample"]}
+    assert len(numbers) == 6 and numbers[("b.jpg", "output0[boxes]")]["passed"]
+    assert not numbers[("b.jpg", "output0[scores]")]["passed"] and numbers[("b.jpg", "output0[scores]")]["cosine"] < 0.9
+    with pytest.raises(ConfigError, match=r"options.slices.output0.scores: .*outside the output's shape \[1, 50, 6\]"):
+        check("det", ["output0"], ref, got, th, 0.1, slices={"output0": {"scores": OutputSlice(start=6)}})
+
+
+def test_slices_name_an_output_of_the_model(tmp_path):
+    model = path_model(tmp_path, "mlp", models.mlp(tmp_path / "mlp.onnx", dynamic_batch=False), chips=["SM8750"])
+    model["options"] = {"slices": {"nope": {"a": {"stop": 2}}}}
+    r = run_cli("build", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(tmp_path / "dist"))
+    t = json.loads((tmp_path / "dist" / "build-report.json").read_text())["targets"][0]
+    assert r.returncode != 0 and "options.slices: no graph has the output 'nope'" in t["error"]
