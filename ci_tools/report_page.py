@@ -103,7 +103,8 @@ def _transcript(t: dict | None) -> dict | None:
     """A speech model's verification: HTP transcripts equal to CPU's, and the WER against the clips."""
     if not t:
         return None
-    return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"]}
+    return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"],
+            "cpu_wer_all": t.get("cpu_wer_all"), "cpu_clips_all": t.get("cpu_clips_all")}
 
 
 def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:

@@ -325,6 +325,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert r.returncode == 0, r.stderr
     page = (out / "release" / "index.html").read_text()  # the release page says how it was verified
     assert "<dt>transcripts</dt><dd>1/1 equal to CPU (WER vs CPU 0.00" in page
+    assert f"the export on CPU: WER {fp16['cpu_wer_all']:.2f} over 2 recordings" in page  # the baseline, all clips
     archive = next((out / "release").glob("tiny-whisper-sm8750-fp16-*.tar.bz2"))
     elsewhere = tmp_path / "elsewhere"
     with tarfile.open(archive) as tar:
