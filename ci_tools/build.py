@@ -512,10 +512,23 @@ def _fp16_range_gate(m: Model, prep: Prepared, ss: SampleSet, prepared_log: list
     first = findings[0]
     more = f" ({len(findings) - 1} more node(s) in the report)" if len(findings) > 1 else ""
     return PrepareError(f"{m.name}/{prep.graph}: fp16 refused: {first.line()}{more}",
-                        hint="rescale the values before this node in the export (e.g. a variance on a pre-scaled "
-                        "input, a LayerNorm whose sum of squares stays small), compile it as w8a16, or accept it "
-                        "with options.fp16_overflow_ok: <why>",
+                        hint=_range_hint(prep, first),
                         details={"fp16_range": [f.as_dict() for f in findings]})
+
+
+def _range_hint(prep: Prepared, first) -> str:
+    """The fix for an fp16 overflow: the declared prescale rewrite when it starts inside a LayerNorm/RMSNorm."""
+    import onnx
+
+    from .prescale import offer
+
+    rest = "compile it as w8a16, or accept it with options.fp16_overflow_ok: <why>"
+    entry = offer(onnx.load(str(prep.path)), first.node, first.value) if first.kind == "overflow" else None
+    if entry is not None:
+        return (f"the node is part of a normalisation of '{entry[0]}': add `prescale: {{{entry[0]}: {entry[1]}}}` to "
+                f"graph '{prep.graph}' in the matrix (it runs on {entry[0]} / {entry[1]}, the same output); or " + rest)
+    return ("rescale the values before this node in the export (e.g. a variance on a pre-scaled input, a LayerNorm "
+            "whose sum of squares stays small), " + rest)
 
 
 def _verify_digest(m: Model, prep: Prepared, ss: SampleSet | None) -> str:

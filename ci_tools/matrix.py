@@ -81,6 +81,10 @@ class Graph(_Frozen):
     fixes: list[Literal["clip-to-max-min"]] = Field(
         default=[], description="small graph rewrites prepare applies (and checks for parity) where the export "
         "cannot be changed: clip-to-max-min rewrites a Clip with run-time or infinite bounds as Max/Min")
+    prescale: dict[str, Annotated[float, Field(gt=1)]] = Field(
+        default={}, description="tensor -> k: the LayerNorm/RMSNorm (made of plain ops) that normalises this tensor "
+        "runs on tensor / k with eps / k^2, the same output with squares k^2 smaller (fp16 overflow); the fp16 range "
+        "check offers the entry")
 
 
 class Calibration(_Frozen):

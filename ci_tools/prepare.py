@@ -121,6 +121,10 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
     if powers:
         notes.append(f"Pow(x, n) with n in 1..4 now multiplications: {powers} node(s) (exact on CPU; HTP's Pow of "
                      "-0 gives -4 for n=2, which turned silero-vad's speech probability into -98304)")
+    if graph.prescale:
+        from .prescale import apply as prescale
+
+        notes.extend(prescale(m, graph.prescale, what))
     if _parameters(m) > 1.05 * source_parameters > 0:
         notes.append(f"the prepared graph holds {_parameters(m):,} weight values, the source {source_parameters:,}: "
                      "constant folding made copies (e.g. a transpose of a weight shared by two ops); the binary "

@@ -125,3 +125,27 @@ def masked_softmax(path: Path, n: int = 16) -> Path:
     graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], [w, m])
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def layer_norm(path: Path, dim: int = 64) -> Path:
+    """x[1, 4, dim] -> LayerNorm made of plain ops (as exported before opset 17) * gamma + beta, plus a residual
+    x that reads x outside the norm: y = norm(x) + x."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, dtype=np.float32), "eps"),
+             numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes"),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, dim).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.uniform(-1, 1, dim).astype(np.float32), "beta")]
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["mu"], name="mean"),
+             helper.make_node("Sub", ["x", "mu"], ["d"], name="centre"),
+             helper.make_node("Pow", ["d", "two"], ["sq"], name="square"),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["var"], name="variance"),
+             helper.make_node("Add", ["var", "eps"], ["ve"], name="plus_eps"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], name="std"),
+             helper.make_node("Div", ["d", "sd"], ["n"], name="normalise"),
+             helper.make_node("Mul", ["n", "gamma"], ["g"], name="gamma_mul"),
+             helper.make_node("Add", ["g", "beta"], ["b"], name="beta_add"),
+             helper.make_node("Add", ["b", "x"], ["y"], name="residual")]
+    graph = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, dim])], inits)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)

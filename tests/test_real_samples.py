@@ -126,6 +126,17 @@ def test_adding_real_samples_reverifies_and_fp16_overflow_is_named_before_any_ch
     assert r.returncode == 8 and t["status"] == "failed"
     assert not (tmp_path / "dist" / "rms.main.sm8750.fp16" / "target.json").exists(), "a failed target looks built"
 
+    # the offered rewrite: the norm on x / 16 with eps / 256, the same output on CPU, squares 256x smaller
+    assert "normalisation of 'x': add `prescale: {x: 16}` to graph 'main'" in r.stderr
+    graphs = [{"name": "main", "file": "rms.onnx", "prescale": {"x": 16}}]
+    r, t = _build(tmp_path, {**base, "graphs": graphs, "samples": _path_samples(tmp_path, files)})
+    assert r.returncode == 0, t.get("error")
+    assert t["verified_on"] == "real-samples" and t["parity"]["cosine"] > 0.999
+    graphs[0]["prescale"] = {"y": 4.0}
+    r, t = _build(tmp_path, {**base, "graphs": graphs, "samples": _path_samples(tmp_path, files)})
+    assert r.returncode != 0 and "prescale: 'y' is not the input of a LayerNorm or RMSNorm" in t["error"]
+    assert "the normalised tensors of this graph: x" in r.stderr + json.dumps(t)
+
     _npz_samples(tmp_path / "samples", scale=1.0)  # samples in range: verified on real samples
     r, t = _build(tmp_path, {**base, "samples": _path_samples(tmp_path, files)})
     assert r.returncode == 0, t.get("error")
@@ -360,3 +371,32 @@ def test_slices_name_an_output_of_the_model(tmp_path):
     r = run_cli("build", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(tmp_path / "dist"))
     t = json.loads((tmp_path / "dist" / "build-report.json").read_text())["targets"][0]
     assert r.returncode != 0 and "options.slices: no graph has the output 'nope'" in t["error"]
+
+
+def test_prescale_runs_a_layernorm_on_a_scaled_input_with_the_same_output(tmp_path):
+    """The declared rewrite on a LayerNorm made of plain ops (mean, centre, square, variance, eps, sqrt, div)
+    whose input also feeds a residual: the norm reads x / 32 (the residual still reads x), eps is / 1024, and
+    the output on CPU is the same; the squares that overflowed fp16 stay in range."""
+    import onnx
+
+    from ci_tools.fp16_range import scan
+    from ci_tools.prepare import run_cpu
+    from ci_tools.prescale import apply, find_norms, offer
+
+    f = models.layer_norm(tmp_path / "ln.onnx")
+    m = onnx.load(str(f))
+    (norm,) = find_norms(m)
+    assert norm.kind == "layernorm" and norm.x == "x" and {"square", "variance", "normalise"} <= norm.nodes
+    feeds = [{"x": (np.random.default_rng(i).standard_normal((1, 4, 64)) * 600).astype(np.float32)} for i in range(3)]
+    first = scan(f, feeds, ["a", "b", "c"])[0]
+    assert first.node == "square" and first.value > 65504
+    assert offer(m, first.node, first.value) == ("x", 32)
+    notes = apply(m, {"x": 32}, "ln/main")
+    assert "layernorm of 'x' now runs on x / 32 with eps / 1024" in notes[0]
+    onnx.checker.check_model(m)
+    onnx.save(m, str(tmp_path / "scaled.onnx"))
+    before, after = run_cpu(f, feeds), run_cpu(tmp_path / "scaled.onnx", feeds)
+    assert all(np.allclose(a[0], b[0], rtol=1e-4, atol=1e-3) for a, b in zip(before, after))
+    assert not scan(tmp_path / "scaled.onnx", feeds, ["a", "b", "c"])
+    residual = next(n for n in m.graph.node if n.name == "residual")
+    assert list(residual.input) == ["b", "x"]
