@@ -86,19 +86,30 @@ def watched_session(model_path: Path):
         m = onnx.shape_inference.infer_shapes(m)
     except Exception:  # noqa: S110 - types of intermediates are a help, not a need
         pass
-    floats = {v.name: v.type.tensor_type.elem_type for v in list(m.graph.value_info) + list(m.graph.output)
-              if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+    typed = {v.name: v.type.tensor_type.elem_type for v in list(m.graph.value_info) + list(m.graph.output)
+             if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     real = {o.name for o in m.graph.output}
     consumers: dict[str, list] = {}
     for n in m.graph.node:
         for k, i in enumerate(n.input):
             consumers.setdefault(i, []).append((n, k))
-    for name in [o for n in m.graph.node for o in n.output if o in floats and o not in real]:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(name, floats[name], None))
+    for name in [o for n in m.graph.node for o in n.output if o and typed.get(o) in floats and o not in real]:
+        m.graph.output.append(onnx.helper.make_tensor_value_info(name, typed[name], None))
+    # what shape inference cannot type (outputs of contrib or custom ops, and all that follows them) is
+    # watched too: ONNX Runtime types an untyped graph output from the node that makes it
+    untyped = [o for n in m.graph.node for o in n.output if o and o not in typed and o not in real]
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+    watched = onnx.ModelProto()
+    watched.CopyFrom(m)
+    watched.graph.output.extend(onnx.helper.make_empty_tensor_value_info(o) for o in untyped)
+    try:
+        sess = ort.InferenceSession(watched.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        m = watched
+    except Exception:  # an untyped output ORT cannot expose (a sequence, an optional): watch the typed ones
+        sess = ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
     return m, sess, consumers, real
 
 

@@ -400,3 +400,25 @@ def test_prescale_runs_a_layernorm_on_a_scaled_input_with_the_same_output(tmp_pa
     assert not scan(tmp_path / "scaled.onnx", feeds, ["a", "b", "c"])
     residual = next(n for n in m.graph.node if n.name == "residual")
     assert list(residual.input) == ["b", "x"]
+
+
+def test_the_range_check_watches_what_shape_inference_cannot_type(tmp_path):
+    """After a contrib op (com.microsoft Gelu) ONNX shape inference types nothing; the squares that overflow
+    fp16 there are still found and named."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ci_tools.fp16_range import scan
+
+    nodes = [helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft", name="gelu"),
+             helper.make_node("Mul", ["g", "g"], ["sq"], name="square"),
+             helper.make_node("ReduceMean", ["sq"], ["y"], keepdims=1, name="mean")]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    assert not onnx.shape_inference.infer_shapes(m).graph.value_info  # nothing typed
+    onnx.save(m, str(tmp_path / "g.onnx"))
+    found = scan(tmp_path / "g.onnx", [{"x": np.full((1, 8), 300, np.float32)}], ["loud.npz"])
+    assert [(f.node, f.kind, f.sample) for f in found] == [("square", "overflow", "loud.npz"),
+                                                           ("mean", "overflow", "loud.npz")]
+    assert found[0].path == ["square", "mean", "output 'y'"]
