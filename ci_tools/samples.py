@@ -126,6 +126,11 @@ def _check_output_names(s: Samples, graph: str, outputs: list[str] | None, what:
     if s.stream is not None:
         named += [("stream.carry", n) for n in s.stream.carry] + [("stream.decisions", n) for n in s.stream.decisions]
         named += [("stream.range", n) for n in s.stream.range]
+        named += [("stream.max_drift", n) for n in s.stream.max_drift]
+        for n in s.stream.max_drift:
+            if n not in s.stream.carry:
+                raise ConfigError(f"{what}.stream.max_drift.{n}: '{n}' is not a carried output",
+                                  hint=f"stream.carry: {', '.join(s.stream.carry)}")
         for n, bounds in s.stream.range.items():
             if len(bounds) != 2 or bounds[0] > bounds[1]:
                 raise ConfigError(f"{what}.stream.range.{n}: expected [low, high] with low <= high, got {bounds}")

@@ -329,9 +329,14 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
                 d["failures"].append(f"{flips} of {rr.size} decisions at {th} differ from CPU "
                                      f"({100 * d['flip_rate']:.1f}% > {100 * stream.max_flips:.1f}%)")
         if name in stream.carry:  # how far the carried state has drifted at the end of each stream
-            ends = [float(np.max(np.abs(np.asarray(sr[-1][k], np.float64) - np.asarray(sg[-1][k], np.float64))))
-                    for sr, sg in zip(reference, compiled) if sr]
-            d["state_drift"] = max(ends) if ends else 0.0
+            ends = [(float(np.max(np.abs(np.asarray(sr[-1][k], np.float64) - np.asarray(sg[-1][k], np.float64)))),
+                     sname) for sname, sr, sg in zip(streams, reference, compiled) if sr]
+            drift, worst_end = max(ends) if ends else (0.0, None)
+            d["state_drift"] = drift
+            limit = stream.max_drift.get(name)
+            if limit is not None and drift > limit:
+                d["failures"].append(f"the carried state drifts {drift:.4g} from CPU by the end of "
+                                     f"{worst_end} (> stream.max_drift {limit})")
         if precision == "fp16":
             garbage = _fp16_garbage(gg)
             if garbage:

@@ -51,6 +51,18 @@ def test_one_ulp_above_one_is_in_range_and_decision_flips_count():
     assert "20 of 120 decisions at 0.5 differ" in str(e.value)
 
 
+def test_a_declared_state_drift_bound_fails_the_stream_that_drifts():
+    probs = [0.1, 0.6, 0.9] * 10
+    cpu, htp = _streams(probs), _streams(probs, state_scale=1.005)  # HTP's state 0.5 % off at every step
+    v = check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH, VAD_STREAM, 0.01)
+    assert abs(v.per_output["stateN"]["state_drift"] - 0.0045) < 1e-5  # recorded, not judged
+    bounded = VAD_STREAM.model_copy(update={"max_drift": {"stateN": 0.002}})
+    with pytest.raises(Exception, match=r"carried state drifts 0.0045 from CPU by the end of b.wav"):
+        check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH, bounded, 0.01)
+    per_stream = {(d["sample"], d["output"]) for d in v.per_sample}
+    assert per_stream == {(a, b) for a in ("a.wav", "b.wav") for b in ("output", "stateN")}
+
+
 def test_max_abs_is_no_pass_when_an_all_zero_output_would_pass_too():
     ref = np.full(16, 3.7e-4)  # a detector's map on generated inputs: its peak is below the tolerance
     assert judge(ref, np.zeros(16), Thresholds(min_cosine=0.999))["failures"]
