@@ -180,6 +180,34 @@ def cmd_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probes(args: argparse.Namespace) -> int:
+    """HTP's special values: the table (what rests on it), or each probe run on the emulator against it."""
+    from .errors import VerifyError
+    from .htp_quirks import PROBES, run_probe, same
+    from .socs import load_catalog
+
+    if not args.run:
+        for p in PROBES:
+            print(f"{p.name:20} {p.describe()} [seen on QNN {p.seen_on}]")
+        return 0
+    from . import qnn_ep
+
+    chip = load_catalog().lookup(args.soc)
+    changed = []
+    for p in PROBES:
+        got = run_probe(p, soc_model=chip.soc_model, htp_arch=chip.htp_arch)
+        ok = same(got, p.htp)
+        print(f"{p.name:20} {'as in the table' if ok else 'CHANGED'}: HTP gives {got!r} (table: {p.htp!r}, "
+              f"seen on QNN {p.seen_on})")
+        changed += [] if ok else [p.name]
+    if changed:
+        raise VerifyError(f"QNN {qnn_ep.qnn_version()} on {chip.name}: {len(changed)} probe(s) differ from the table: "
+                          f"{', '.join(changed)}", hint="update ci_tools/htp_quirks.py and the rewrites and hints "
+                          "that rest on it (prepare's Pow rewrite, the range check)")
+    print(f"QNN {qnn_ep.qnn_version()} on {chip.name}: every probe as in the table")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qnn-release", description="Compile ONNX models into Qualcomm QNN HTP context binaries for every "
@@ -233,6 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unpinned", action="store_true", help="an unpinned SDK prints unpinned=true and exits 0 "
                    "(a push to the default branch before the pins are merged; a tag never passes this)")
     p.set_defaults(func=cmd_image)
+
+    p = sub.add_parser("probes", help="HTP's special values (Pow of -0, Sqrt of negatives, output ulps): the table, "
+                       "or --run each on the HTP emulator and compare")
+    p.add_argument("--run", action="store_true", help="compile and run every probe (onnxruntime-qnn); exit 7 when "
+                   "one differs from the table")
+    p.add_argument("--soc", default="SM8750", help="the chip to probe (default SM8750)")
+    p.set_defaults(func=cmd_probes)
 
     from . import cli_build
 

@@ -53,3 +53,11 @@ def test_audio_is_read_after_the_qnn_library_is_loaded(tmp_path):
     assert "read" in r.stdout and r.returncode != 0 and "survived" not in r.stdout, (
         f"QNN {qnn_ep.qnn_version()}: soundfile now works in a process that loaded libQnnHtp.so (seen crashing on "
         "2.51.0): ci_tools/audio.py may read FLAC in-process again")
+
+
+def test_the_probe_table_is_a_command():
+    from tests.conftest import run_cli
+
+    r = run_cli("probes")
+    assert r.returncode == 0 and all(p.name in r.stdout for p in PROBES)
+    assert "Pow(-0.0, 2.0): HTP -4.000000476837158, IEEE 0.0" in r.stdout and "[seen on QNN 2.51.0]" in r.stdout
