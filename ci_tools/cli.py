@@ -176,7 +176,17 @@ def cmd_image(args: argparse.Namespace) -> int:
               "proposes the pins (revision and the Hub's sha256) as a pull request; merge it", file=sys.stderr)
         print("unpinned=true")
         return 0
-    print("\n".join(image(loaded, args.owner).outputs()))
+    img = image(loaded, args.owner)
+    if args.guard_private:
+        from .registry import guard_private
+
+        registry = os.environ.get("QNN_RELEASE_REGISTRY") or "https://" + img.name.split("/", 1)[0]
+        repo = os.environ.get("GITHUB_REPOSITORY", "")
+        verdict = guard_private(registry, img.name.split("/", 1)[1], repo, os.environ.get("REPO_VISIBILITY", ""),
+                                os.environ.get("GITHUB_ACTOR", ""), os.environ.get("GITHUB_TOKEN", ""))
+        print(f"{img.name}: {verdict}: anonymous pulls are refused", file=sys.stderr)
+        return 0
+    print("\n".join(img.outputs()))
     return 0
 
 
@@ -260,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner", required=True, help="the repository owner (GITHUB_REPOSITORY_OWNER)")
     p.add_argument("--allow-unpinned", action="store_true", help="an unpinned SDK prints unpinned=true and exits 0 "
                    "(a push to the default branch before the pins are merged; a tag never passes this)")
+    p.add_argument("--guard-private", action="store_true", help="refuse (exit 10) unless pushing the image keeps "
+                   "the SDK private: not anonymously pullable, and not created by a public repository's workflow "
+                   "(env: GITHUB_TOKEN, GITHUB_ACTOR, GITHUB_REPOSITORY, REPO_VISIBILITY)")
     p.set_defaults(func=cmd_image)
 
     p = sub.add_parser("probes", help="HTP's special values (Pow of -0, Sqrt of negatives, output ulps): the table, "

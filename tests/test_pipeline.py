@@ -276,3 +276,56 @@ def test_render_refuses_model_names_github_refuses_and_too_many_workflows(tmp_pa
     (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     r = run_cli("render", "--matrix", str(repo / "matrix" / "models.yaml"))
     assert r.returncode == 2 and "21 reusable workflows" in r.stderr and "20" in r.stderr
+
+
+def test_the_sdk_image_is_never_pushed_where_it_would_be_public(tmp_path):
+    """GitHub gives a package a workflow creates the repository's visibility: the guard refuses a first push
+    from a public repository, a package anyone can pull, one this repository may not use, and a registry
+    that cannot say; a private package with access, or a private repository, goes ahead. The token never
+    appears in what it prints."""
+    import os
+
+    from tests.fake_registry import FakeRegistry, Package
+
+    matrix = _repo(tmp_path) / "matrix" / "models.yaml"
+    with FakeRegistry() as reg:
+        st = reg.state
+
+        def guard(visibility: str):
+            env = {**os.environ, "QNN_RELEASE_REGISTRY": reg.url, "GITHUB_TOKEN": st.password,
+                   "GITHUB_ACTOR": st.user, "GITHUB_REPOSITORY": OWNER_REPO, "REPO_VISIBILITY": visibility}
+            r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs", "--guard-private", env=env)
+            assert st.password not in r.stdout + r.stderr and "Traceback" not in r.stderr
+            return r
+
+        r = guard("public")  # a new public repository: its first push would create a public package
+        assert r.returncode == 10 and "acme-labs/qnn-sdk does not exist yet" in r.stderr
+        assert "would create it public, with Qualcomm's SDK inside" in r.stderr and "Manage Actions access" in r.stderr
+        assert guard("private").returncode == 0  # a private repository's package is private
+        st.packages["acme-labs/qnn-sdk"] = Package("private", readers={st.user})  # created private, access given
+        r = guard("public")
+        assert r.returncode == 0 and "private: anonymous pulls are refused" in r.stderr
+        st.packages["acme-labs/qnn-sdk"] = Package("private")  # another repository's package of that name
+        r = guard("public")
+        assert r.returncode == 10 and f"{OWNER_REPO}'s workflows may not use it (403 DENIED)" in r.stderr
+        st.packages["acme-labs/qnn-sdk"] = Package("public", readers={st.user})
+        r = guard("private")
+        assert r.returncode == 10 and "is public: anyone can pull Qualcomm's SDK" in r.stderr
+        st.fail = True
+        r = guard("private")
+        assert r.returncode == 10 and "503" in r.stderr and "nothing is pushed" in r.stderr
+        assert any(a.startswith("Basic ") for a in st.seen_authorization)  # the token went only to the registry
+
+
+def test_the_image_job_guards_before_and_after_it_pushes():
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "qnn-sdk-docker-build.yaml").read_text())
+    steps = wf["jobs"]["image"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    build = next(i for i, s in enumerate(steps) if s.get("id") == "build")
+    guards = [i for i, s in enumerate(steps) if "--guard-private" in s.get("run", "")]
+    assert len(guards) == 2 and guards[0] < build < guards[1], names
+    push = steps[build]["with"]["push"]
+    for i in guards:  # each guard runs whenever the build may push
+        assert "!github.event.repository.fork" in steps[i]["if"] and "refs/heads/main" in steps[i]["if"], steps[i]
+        assert steps[i]["env"]["REPO_VISIBILITY"] == "${{ github.event.repository.visibility }}"
+    assert "!github.event.repository.fork" in push
