@@ -100,6 +100,8 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
     files[WORKFLOWS / "release.yaml"] = _env().get_template("release.yaml.j2").render(
         header=_header("release.yaml.j2"), models=[{"name": n} for n in names],
         needs=["image", *(f"export-{n}" for n in names)], tag_pattern=m.release.tag_pattern, **common)
+    files[WORKFLOWS / "main.yaml"] = _env().get_template("main.yaml.j2").render(
+        header=_header("main.yaml.j2"), models=[{"name": n} for n in names], **common)
     smoke_cmd = " && ".join(f"qnn-release build --backend qairt {a} --out /tmp/dist -j 2" for a in sorted(smoke))
     for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml", "sdk-pin.yaml"):
         files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(header=_header(f"{t}.j2"),

@@ -58,7 +58,7 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, code: str) -> None:
         self._send(status, {"errors": [{"code": code, "message": code.lower()}]})
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         st: State = self.server.state
         auth = self.headers.get("Authorization", "")
         st.seen_authorization.append(auth)

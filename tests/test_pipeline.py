@@ -21,6 +21,7 @@ from tests.workflow_runner import Runner
 
 PINS = {"revision": "a" * 40, "sha256": "b" * 64}
 OWNER_REPO = "Acme-Labs/speech-models"
+PINNED = f"ghcr.io/acme-labs/qnn-sdk:2.40.0.251030-0123456789ab@sha256:{'c' * 64}"
 
 
 def _repo(tmp_path: Path, chips=("SM8750", "SM8550"), name="m", pins=PINS) -> Path:
@@ -107,7 +108,7 @@ def release_run(tmp_path):
             "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
             "github.event.repository.fork": False,
             "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
-            "needs.image.outputs.pinned": f"ghcr.io/acme-labs/qnn-sdk:2.40.0.251030-0123456789ab@sha256:{'c' * 64}"},
+            "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED},
             env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
                  "GITHUB_REPOSITORY": OWNER_REPO, "QNN_RELEASE_CACHE": ""})
         yield runner, repo / ".github" / "workflows", gh
@@ -159,7 +160,9 @@ def test_a_chip_job_without_the_precompile_artifact_fails_instead_of_converting(
     runner, wf, _ = release_run
     export = wf / "export-m-qnn.yaml"
     chips = yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]
-    # no precompile artifact: the chip job does not quietly convert on its own, it fails
+    # no precompile artifact (its job passed, its artifact expired: a re-run weeks later): the chip job does not
+    # quietly convert on its own, it fails
+    runner.context["needs.precompile.result"] = "success"
     assert not runner.job(export, "compile", chips[0])
     assert "download qnn-precompiled-m: artifact not found" in runner.log
 
@@ -190,14 +193,16 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
 
     export = yaml.safe_load((REPO / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text())
     smoke, compile_ = export["jobs"]["smoke"]["if"], export["jobs"]["compile"]["if"]
-    push_main = {"github.event_name": "push", "github.ref": "refs/heads/main"}
-    release = {"github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True}
-    manual = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/main"}
+    ok = {"needs.precompile.result": "success"}
+    push_main = {"github.event_name": "push", "github.ref": "refs/heads/main", **ok}
+    release = {"github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True, **ok}
+    manual = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/main", **ok}
     assert (evaluate(smoke, push_main), evaluate(compile_, push_main)) == (True, False)
     assert (evaluate(smoke, release), evaluate(compile_, release)) == (False, True)
     assert (evaluate(smoke, manual), evaluate(compile_, manual)) == (False, True)
     rel = yaml.safe_load((REPO / ".github" / "workflows" / "release.yaml").read_text())
-    assert all(j["with"] == {"full": True} for k, j in rel["jobs"].items() if k.startswith("export-"))
+    assert all(j["with"] == {"full": True, "image": "${{ needs.image.outputs.pinned }}"}
+               for k, j in rel["jobs"].items() if k.startswith("export-"))
     # secrets: HF_TOKEN reaches the precompile job (and the image build's secret mount), no chip job
     for job_id, job in export["jobs"].items():
         env = " ".join(str(s.get("env", {})) for s in job.get("steps", []))
@@ -206,15 +211,19 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     build = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "build")
     assert "hf_token=${{ secrets.HF_TOKEN }}" in build["with"]["secrets"]
     fork = {"github.event.repository.fork": True, "github.ref": "refs/heads/main"}
-    assert evaluate(build["with"]["push"], fork) is False and evaluate(build["with"]["push"], push_main) is True
-    assert evaluate(build["with"]["push"], {"github.ref": "refs/heads/feature"}) is False
+    local = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "local")
+    assert "push=true" in build["with"]["outputs"] and "push" not in local["with"] and local["with"]["load"] is True
+    for ctx, pushes in ((fork, False), (push_main, True), ({"github.ref": "refs/heads/feature"}, False),
+                        ({"github.ref": "refs/tags/v1.0.0"}, True)):
+        ctx = {**ctx, "steps.exists.outputs.digest": ""}
+        assert (evaluate(build["if"], ctx), evaluate(local["if"], ctx)) == (pushes, not pushes), ctx
     from ci_tools.image import IMAGE_INPUTS
 
     # every input of the image's tag starts the pull request's image build and smoke test
     paths = docker[True]["pull_request"]["paths"]
     assert {*IMAGE_INPUTS, "ci_tools/image.py", "Dockerfile-2.40", "matrix/models.yaml", "pyproject.toml"} <= set(paths)
-    export = yaml.safe_load((REPO / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text())
-    assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**"} <= set(export[True]["push"]["paths"])
+    main = yaml.safe_load((REPO / ".github" / "workflows" / "main.yaml").read_text())
+    assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**", "templates/**"} <= set(main[True]["push"]["paths"])
     smoke_step = docker["jobs"]["image"]["steps"][-1]
     assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
     assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
@@ -324,8 +333,10 @@ def test_the_image_job_guards_before_and_after_it_pushes():
     build = next(i for i, s in enumerate(steps) if s.get("id") == "build")
     guards = [i for i, s in enumerate(steps) if "--guard-private" in s.get("run", "")]
     assert len(guards) == 2 and guards[0] < build < guards[1], names
-    push = steps[build]["with"]["push"]
-    for i in guards:  # each guard runs whenever the build may push
-        assert "!github.event.repository.fork" in steps[i]["if"] and "refs/heads/main" in steps[i]["if"], steps[i]
+    tag = next(i for i, s in enumerate(steps) if s.get("id") == "tag")
+    assert build < tag < guards[1] and steps[guards[1]]["if"] == "${{ steps.tag.outcome == 'success' }}"
+    assert "!github.event.repository.fork" in steps[build]["if"]
+    for i in guards:  # each guard sees the repository's visibility
         assert steps[i]["env"]["REPO_VISIBILITY"] == "${{ github.event.repository.visibility }}"
-    assert "!github.event.repository.fork" in push
+    assert steps[guards[0]]["if"].replace("steps.exists.outputs.digest == '' && ", "") == \
+        steps[build]["if"].replace("steps.exists.outputs.digest == '' && ", ""), "the guard runs wherever a push may"

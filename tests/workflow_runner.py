@@ -10,7 +10,8 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   ``pattern`` (``merge-multiple``) into ``with.path``;
 - a step's ``if:`` supports ``success()`` (the default), ``failure()``, ``failure() || cancelled()`` and
   ``!cancelled()``; a job's
-  ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``) against the context: a
+  ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``, ``!cancelled()``, and
+  ``needs.<job>.result`` of the jobs run before) against the context: a
   called workflow sees its CALLER's ``github.*`` and the ``inputs`` it was given, as on GitHub;
 - ``${{ ... }}`` expressions are looked up in a flat context (``matrix.soc``, ``runner.temp``,
   ``secrets.GITHUB_TOKEN``, ``needs.image.outputs.pinned`` ...); an unknown one fails the test, so a
@@ -52,6 +53,7 @@ class Runner:
         job = wf["jobs"][job_id]
         if "if" in job and not evaluate(str(job["if"]), self.context):
             self.log.append(f"{workflow.name}:{job_id}: skipped ({job['if']})")
+            self.context[f"needs.{job_id}.result"] = "skipped"
             return None
         self.runs += 1
         home = self.work / f"job{self.runs}-{job_id}"
@@ -75,6 +77,8 @@ class Runner:
             ok = self._step(step, job, ctx, checkout, extra_env or {})
             failed = failed or not ok
         self.log.append(f"{workflow.name}:{job_id} {matrix or ''}: {'failed' if failed else 'ok'}")
+        # what a later job's `needs.<id>.result` reads (docs: contexts, "needs context")
+        self.context[f"needs.{job_id}.result"] = "failure" if failed else "success"
         return not failed
 
     # -- steps ------------------------------------------------------------------------------------
@@ -89,9 +93,13 @@ class Runner:
 
     def _expand(self, value: object, ctx: dict[str, str]) -> str:
         def look(m: re.Match) -> str:
-            if m[1] not in ctx:
-                raise AssertionError(f"expression ${{{{ {m[1]} }}}} is not modelled by the test runner")
-            return ctx[m[1]]
+            # docs.github.com, "Evaluate expressions in workflows and actions", operators: `a || b` is a's value
+            # when a is truthy, else b's (falsy: '', null, false, 0)
+            names = [n.strip() for n in m[1].split("||")]
+            for n in names:
+                if n not in ctx:
+                    raise AssertionError(f"expression ${{{{ {n} }}}} is not modelled by the test runner")
+            return next((ctx[n] for n in names if ctx[n] not in ("", None, False)), ctx[names[-1]])
 
         return EXPR.sub(look, str(value))
 
@@ -196,5 +204,7 @@ def evaluate(expr: str, context: dict[str, str | bool | None]) -> bool:
     text = text.replace("&&", " and ").replace("||", " or ")
     text = re.sub(r"!(?!=)", " not ", text)
     text = text.replace("startsWith(", "_startswith(")
-    env = {"_startswith": lambda a, b: str(a or "").startswith(str(b)), "__builtins__": {}}
+    # status functions in a job's `if`: this runner never cancels a run (see the step conditions above)
+    env = {"_startswith": lambda a, b: str(a or "").startswith(str(b)), "cancelled": lambda: False,
+           "always": lambda: True, "__builtins__": {}}
     return bool(eval(text, env))  # the test's own rendered templates, with the names above only
