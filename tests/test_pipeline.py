@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import re
 import shutil
@@ -106,7 +107,7 @@ def release_run(tmp_path):
         # a tag push: the called export workflows see the caller's github.* (event push) and full: true
         runner = Runner(repo=repo, work=tmp_path / "runner", context={
             "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
-            "github.event.repository.fork": False,
+            "github.event.repository.fork": False, "github.event.repository.visibility": "public",
             "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
             "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED},
             env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
@@ -144,6 +145,11 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     names = set(gh.asset_names(rel["id"]))
     assert {a["name"] for a in manifest["assets"]} | {"manifest.json", "SHA256SUMS"} <= names
     assert {a["soc"] for a in manifest["assets"] if a["kind"] == "model"} == {"SM8750", "SM8550"}
+    # every published asset gets a build-provenance attestation, after publish, in a job of its own
+    assert runner.job(release, "attest"), "\n".join(runner.log[-3:])
+    assert set(runner.attested) == names
+    for f in runner.artifacts["qnn-release-assets"].iterdir():
+        assert runner.attested[f.name] == hashlib.sha256(f.read_bytes()).hexdigest()
     pinned = runner.context["needs.image.outputs.pinned"]
     assert manifest["images"] == [pinned]
     model_asset = next(a for a in manifest["assets"] if a["kind"] == "model")

@@ -64,6 +64,8 @@ def test_every_generated_file_has_the_header_and_structure():
             allowed = {"release.yaml": {"contents"}, "qnn-sdk-docker-build.yaml": {"packages"}}.get(rel.name, set())
             if (rel.name, job_id) == ("pages.yaml", "pages"):  # GitHub Pages: deploy-pages needs both, only here
                 allowed = {"pages", "id-token"}
+            if (rel.name, job_id) == ("release.yaml", "attest"):  # build provenance: the only job that signs
+                allowed = {"id-token", "attestations"}
             if (rel.name, job_id) == ("sdk-pin.yaml", "pin"):  # a branch with the pins, and its pull request
                 allowed = {"contents", "pull-requests"}
             if "uses" in job:  # a job calling a reusable workflow: its image job may push the SDK image

@@ -6,6 +6,8 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   with the job's and the step's ``env:`` after expression substitution;
 - ``actions/upload-artifact`` copies ``with.path`` (several lines, ``!`` exclusions) into an artifact
   store, refusing an existing name unless ``overwrite: true`` (upload-artifact v4 answers 409 there);
+- ``actions/attest-build-provenance`` records each subject's sha256 (and refuses a job without the
+  ``id-token``/``attestations: write`` permissions it needs);
 - ``actions/download-artifact`` copies one artifact (``name``) or every artifact matching
   ``pattern`` (``merge-multiple``) into ``with.path``;
 - a step's ``if:`` supports ``success()`` (the default), ``failure()``, ``failure() || cancelled()`` and
@@ -43,6 +45,7 @@ class Runner:
     context: dict[str, str]  # expression -> value, shared by all jobs (secrets, github.*, needs.*)
     env: dict[str, str]  # the container's environment (QNN_SDK_ROOT ...)
     artifacts: dict[str, Path] = field(default_factory=dict)
+    attested: dict[str, str] = field(default_factory=dict)  # file name -> sha256 of each attestation subject
     log: list[str] = field(default_factory=list)
     runs: int = 0
 
@@ -114,6 +117,8 @@ class Runner:
             return self._upload(args, cwd)
         if uses.startswith("actions/download-artifact@"):
             return self._download(args, cwd)
+        if uses.startswith("actions/attest-build-provenance@"):
+            return self._attest(args, job, cwd)
         if uses:
             raise AssertionError(f"action {uses} is not modelled by the test runner")
         script = step["run"]
@@ -168,6 +173,25 @@ class Runner:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, target)
         self.artifacts[name] = dest
+        return True
+
+    def _attest(self, args: dict, job: dict, cwd: Path) -> bool:
+        """actions/attest-build-provenance v3.2.0 (README, "Usage"): the job needs ``id-token: write`` and
+        ``attestations: write``; ``subject-path`` is a path, a glob or several lines, at most 1024 subjects;
+        each subject is recorded by name and sha256 (what ``gh attestation verify`` checks a file against)."""
+        import hashlib
+
+        perms = job.get("permissions") or {}
+        if perms.get("id-token") != "write" or perms.get("attestations") != "write":
+            self.log.append(f"attest: the job's permissions {perms} lack id-token/attestations: write")
+            return False
+        files = [Path(f) for line in args.get("subject-path", "").splitlines() if line.strip()
+                 for f in _glob(cwd / line.strip()) if Path(f).is_file()]
+        if not files or len(files) > 1024:
+            self.log.append(f"attest: {len(files)} subjects in {args.get('subject-path')!r}")
+            return False
+        for f in files:
+            self.attested[f.name] = hashlib.sha256(f.read_bytes()).hexdigest()
         return True
 
     def _download(self, args: dict, cwd: Path) -> bool:
