@@ -219,10 +219,18 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     fork = {"github.event.repository.fork": True, "github.ref": "refs/heads/main"}
     local = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "local")
     assert "push=true" in build["with"]["outputs"] and "push" not in local["with"] and local["with"]["load"] is True
-    for ctx, pushes in ((fork, False), (push_main, True), ({"github.ref": "refs/heads/feature"}, False),
-                        ({"github.ref": "refs/tags/v1.0.0"}, True)):
-        ctx = {**ctx, "steps.exists.outputs.digest": ""}
-        assert (evaluate(build["if"], ctx), evaluate(local["if"], ctx)) == (pushes, not pushes), ctx
+    refuse = next(s for s in docker["jobs"]["image"]["steps"] if s.get("name", "").startswith("A run that may not"))
+    steps = docker["jobs"]["image"]["steps"]
+    assert steps.index(refuse) < steps.index(local) and steps.index(refuse) < steps.index(build)  # before any build
+    pr = {"github.event_name": "pull_request", "github.ref": "refs/pull/7/merge"}
+    dispatch = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/feature"}
+    for ctx, expect in ((fork, (False, False, True)), (push_main, (True, False, False)),
+                        (dispatch, (False, False, True)), ({**fork, **pr}, (False, True, False)),
+                        (pr, (False, True, False)),
+                        ({"github.event_name": "push", "github.ref": "refs/tags/v1.0.0"}, (True, False, False))):
+        ctx = {**ctx, "steps.exists.outputs.digest": ""}  # the image is missing: push it, build it or refuse at once
+        got = (evaluate(build["if"], ctx), evaluate(local["if"], ctx), evaluate(refuse["if"], ctx))
+        assert got == expect, ctx
     from ci_tools.image import IMAGE_INPUTS
 
     # every input of the image's tag starts the pull request's image build and smoke test
