@@ -48,6 +48,30 @@ def is_prerelease(tag: str) -> bool:
         return False
 
 
+def tag_version(tag: str | None):
+    """A release tag as a comparable version (v1.2.0, 1.2.0-rc1 -> 1.2.0rc1), or None for another kind of tag."""
+    from packaging.version import InvalidVersion, Version
+
+    core = (tag or "")[1:] if (tag or "")[:1] in "vV" else (tag or "")
+    try:
+        return Version(core)
+    except InvalidVersion:
+        return None
+
+
+def is_newest(tag: str, published: list[dict]) -> bool:
+    """Whether ``tag`` should be "latest": not a pre-release, and no published final release has a higher
+    version (a v1.0.1 hotfix published after v1.1.0 stays behind it). Tags that are not versions: newest wins."""
+    mine = tag_version(tag)
+    if is_prerelease(tag):
+        return False
+    if mine is None:
+        return True
+    others = [tag_version(r.get("tag_name")) for r in published
+              if not r.get("draft") and not r.get("prerelease") and r.get("tag_name") != tag]
+    return all(v is None or v <= mine for v in others)
+
+
 def release_dir(path: Path) -> Path:
     for p in (path, path / "release"):
         if (p / "manifest.json").is_file():
@@ -151,8 +175,9 @@ def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool
         if not dry_run:
             _check_complete(gh, release, files)
             pre = is_prerelease(tag)
+            latest = is_newest(tag, list(gh.paginate(f"/repos/{repo}/releases")))
             gh.update_release(release["id"], draft=False, body=body, name=tag, prerelease=pre,
-                              make_latest="false" if pre else "true")
+                              make_latest="true" if latest else "false")
             plan.release = f"release {release['id']}: was a draft, now published" + (" as a pre-release" if pre else "")
     return plan
 

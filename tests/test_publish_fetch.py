@@ -435,3 +435,31 @@ def test_an_error_message_spanning_lines_is_printed_as_one(monkeypatch, capsys, 
     # (a fake server thread of an earlier test may still print to stderr: look at our lines only)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("qnn-release")]
     assert code == 9 and err == ["qnn-release: error: x.tar.bz2: refused: first second third (hint: a hint)"]
+
+
+def test_latest_and_previous_follow_version_order_not_creation_order(tmp_path):
+    """A v1.0.1 hotfix published after v1.1.0 does not become "latest"; v1.1.0's notes compare with v1.0.x (not
+    its own rc), and the hotfix's with v1.0.0 (not the newer v1.1.0)."""
+    from ci_tools.previous import previous_manifest
+
+    repo = "acme/models"
+    with FakeGitHub() as gh:
+        def release(tag: str) -> dict:
+            publish(make_release(tmp_path / tag, tag=tag), repo, tag, token=gh.state.token, api_url=gh.url,
+                    sleep=lambda s: None)
+            (rel,) = gh.releases(repo, tag)
+            return rel
+
+        assert release("v1.0.0")["make_latest"] == "true"
+        assert release("v1.1.0-rc1")["make_latest"] == "false"
+        assert release("v1.1.0")["make_latest"] == "true"
+        assert release("v1.0.1")["make_latest"] == "false"  # published last, yet behind v1.1.0
+
+        def previous(tag: str) -> str | None:
+            return previous_manifest(repo, tag, tmp_path / f"prev-{tag}.json", token=gh.state.token, api_url=gh.url)
+
+        assert previous("v1.1.0") == "v1.0.1"  # the highest final release below it, not v1.1.0-rc1
+        assert previous("v1.0.1") == "v1.0.0"  # not v1.1.0, though it is newer
+        assert previous("v1.2.0-rc1") == "v1.1.0"
+        assert previous("v1.0.0") is None
+        assert json.loads((tmp_path / "prev-v1.0.0.json").read_text())["tag"] is None
