@@ -208,3 +208,28 @@ def test_dockerfile_is_hadolint_clean_and_uses_sdk_fetch():
     text = (REPO / "Dockerfile-2.40").read_text()
     assert "qnn-release sdk fetch" in text and "| unzip" not in text and "unzip " not in text
     assert "com.qualcomm.qairt.version" in text
+
+
+def test_jobs_holding_write_tokens_install_exact_versions():
+    """publish, pages, the image job, sdk-pin and sdk-bump install with constraints.txt, which pins every
+    dependency of the package (a dependency added without a pin would install whatever PyPI serves that day)."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    pins = {Requirement(line).name.lower().replace("_", "-") for line in (REPO / "constraints.txt").read_text()
+            .splitlines() if line.strip() and not line.startswith("#") and "==" in line}
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {Requirement(d).name.lower().replace("_", "-") for d in deps} <= pins
+    checked = 0
+    for rel in (".github/workflows/release.yaml", ".github/workflows/pages.yaml", ".github/workflows/sdk-pin.yaml",
+                ".github/workflows/sdk-bump.yaml", ".github/workflows/qnn-sdk-docker-build.yaml"):
+        wf = yaml.safe_load((REPO / rel).read_text())
+        for job_id, job in wf["jobs"].items():
+            writes = {k for k, v in (job.get("permissions") or {}).items() if v == "write"}
+            installs = [s["run"] for s in job.get("steps", []) if "pip install" in s.get("run", "")
+                        and "docker run" not in s["run"]]  # (the image's own Python installs inside it)
+            holds = writes or "SDK_BUMP_TOKEN" in str(job)  # sdk-bump holds a personal token instead
+            if holds and "container" not in job:  # (a job calling a reusable workflow has no steps)
+                assert all("-c constraints.txt" in r for r in installs), f"{rel}:{job_id}"
+                checked += len(installs)
+    assert checked == 5
