@@ -240,6 +240,9 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**", "templates/**"} <= set(main[True]["push"]["paths"])
     smoke_step = docker["jobs"]["image"]["steps"][-1]
     assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
+    # a pull request that does not change the image is smoke-tested too, in the image the registry has
+    assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": "sha256:c"})
+    assert '"${REF}${DIGEST:+@$DIGEST}"' in smoke_step["run"]
     assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump.yaml").read_text())
     first = bump["jobs"]["check-updates"]["steps"][0]
