@@ -288,6 +288,10 @@ def test_dockerfile_refuses_an_unpinned_sdk_and_sets_the_sdk_environment():
     assert "COPY ci_tools" not in final and "COPY --from=sdk /opt/qairt /opt/qairt" in final
     assert "PYTHONPATH=${QNN_SDK_ROOT}/lib/python" in final and "lib/x86_64-linux-clang" in final
     assert "check-python-dependency" in final and "check-linux-dependency.sh" in final
+    # qnn-release (and ONNX Runtime >= 1.24) runs with Python 3.11, first on PATH; the converters with the 3.10 venv
+    assert "python3.11 -m venv /opt/release-venv" in final and "PATH=/opt/release-venv/bin:" in final
+    assert "QNN_PYTHON=/opt/qnn-venv/bin/python" in final and "python3.10 -m venv /opt/qnn-venv" in final
+    assert '"${QNN_PYTHON}" "${QNN_SDK_ROOT}/bin/x86_64-linux-clang/qnn-onnx-converter" --help' in final
     for tool in ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator", "qnn-net-run"):
         assert re.search(rf"{tool}\S* --help", final), tool
 

@@ -122,7 +122,10 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     size = meta["graphs"][0]["size"]
     assert (f"{size / 1e3:.1f} kB" if size < 1e6 else f"{size / 1e6:.2f} MB") in alpha_8750
     assert f"cos {meta['numbers']['main']['parity_vs_cpu']['cosine']:.6f}" in alpha_8750
-    assert meta["numbers"]["main"]["verification"] == {
+    verification = meta["numbers"]["main"]["verification"]
+    per_sample = verification.pop("per_sample")  # every sample's numbers, not only the worst
+    assert [(d["sample"], d["output"]) for d in per_sample] == [(f"generated sample {i}", "y") for i in (0, 1)]
+    assert verification == {
         "inputs": "generated", "verdict": "generated-inputs", "source": "seed 0", "samples": 2,
         "passed_by": "cosine", "files": None,
         "description": "generated: uniform [-1, 1) floats, integers in [0, 16), random booleans"}

@@ -5,7 +5,7 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
 - ``run:`` steps run with ``bash -e -o pipefail`` (GitHub's default shell for Linux runners),
   with the job's and the step's ``env:`` after expression substitution;
 - ``actions/upload-artifact`` copies ``with.path`` (several lines, ``!`` exclusions) into an artifact
-  store, refusing an existing name unless ``overwrite: true`` (upload-artifact v4 answers 409 there);
+  store, refusing an existing name unless ``overwrite: true`` (upload-artifact v4-v7 answer 409 there);
 - ``actions/attest-build-provenance`` records each subject's sha256 (and refuses a job without the
   ``id-token``/``attestations: write`` permissions it needs);
 - ``actions/download-artifact`` copies one artifact (``name``) or every artifact matching
