@@ -20,7 +20,7 @@ import numpy as np
 from .errors import PrepareError
 from .matrix import Graph, Model
 from .metrics import Parity, compare, worst
-from .report import write_json
+from .report import as_if_created, write_json
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
 PREPARE_VERSION = 4  # bump when the preparation changes what it writes
@@ -157,6 +157,7 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
         write_json(tmp / "prepared.json", prepared.as_dict())
         if final.exists():
             shutil.rmtree(final)
+        as_if_created(tmp)
         os.replace(tmp, final)  # the folder appears whole, with prepared.json, or not at all
         return prepared
     finally:

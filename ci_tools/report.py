@@ -21,12 +21,32 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def umask() -> int:
+    """The process umask, read without changing it (Linux: /proc/self/status), else by the set-and-restore."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def as_if_created(path: Path) -> None:
+    """tempfile makes folders 0700 and files 0600; a finished one gets the mode any other file gets
+    (0755/0644 under the usual umask), so an upload step or a web server running as another user reads it."""
+    os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask())
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write via a temp file in the same folder + os.replace: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
@@ -39,6 +59,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
 
 def replace_dir(src: Path, dest: Path) -> None:
     """Move a finished folder into place: readers see the old folder or the new one, never a mix."""
+    as_if_created(src)
     if dest.exists():
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.replace(dest, old)

@@ -19,6 +19,7 @@ from urllib.parse import urljoin
 
 from .errors import SourceError
 from .matrix import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
+from .report import as_if_created
 
 CHUNK = 1 << 20
 
@@ -58,6 +59,7 @@ class SourceStore:
         fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=f".{sha[:12]}.")
         os.close(fd)
         shutil.copyfile(path, tmp)
+        as_if_created(Path(tmp))
         os.replace(tmp, self._blob(sha))
         return self._blob(sha)
 
