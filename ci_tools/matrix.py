@@ -393,6 +393,13 @@ def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None]
             problem = _parts_errors(model.source, i)
             if problem is not None:
                 return problem
+        if model.export is None:  # the graphs are files of the source itself
+            files = (model.source.file_names() if isinstance(model.source, PartsSource)
+                     else _source_files(model.source))
+            for j, g in enumerate(model.graphs):
+                if g.file not in files:
+                    return (("models", i, "graphs", j, "file"), f"'{g.file}' is not one of the source's files",
+                            did_you_mean(g.file, files) or f"the source's files: {', '.join(files)}")
         if model.verify is not None and model.verify.recordings is not None:
             rec = model.verify.recordings
             files = set(_source_files(rec.source)) | set(getattr(rec.source, "join", {}))

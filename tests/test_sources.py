@@ -36,6 +36,12 @@ def test_hf_source_downloads_pinned_revision_and_checks_sha(tmp_path, onnx_bytes
         store = SourceStore(tmp_path / "cache", tmp_path)
         files = store.fetch(_model({"kind": "hf", "repo": "acme/vad", "revision": commit, "files": {"m.onnx": sha}}))
         assert files["m.onnx"].read_bytes() == onnx_bytes and files["m.onnx"].name == sha
+        # a warm cache holds that sha256, but only what named it is served from there: a wrong file name (or
+        # revision) fails as it does on a fresh machine, never "found in the cache"
+        with pytest.raises(SourceError, match=r"EntryNotFound|not found|404"):
+            store.fetch(_model({"kind": "hf", "repo": "acme/vad", "revision": commit, "files": {"typo.onnx": sha}}))
+        assert store.fetch(_model({"kind": "hf", "repo": "acme/vad", "revision": commit,
+                                   "files": {"m.onnx": sha}}))["m.onnx"].name == sha
         # a corrupted download of the right size is refused after one fresh retry; nothing bad is stored
         hub.state.corrupt.add("m.onnx")
         store2 = SourceStore(tmp_path / "cache2", tmp_path)
@@ -68,3 +74,18 @@ def test_url_source(tmp_path, onnx_bytes):
         with pytest.raises(SourceError, match="download failed"):
             SourceStore(tmp_path / "c3", tmp_path).fetch(_model({"kind": "url", "url": url + "x", "sha256": sha}))
     assert isinstance(_model({"kind": "url", "url": "https://x/y.onnx", "sha256": sha}).source, UrlSource)
+
+
+def test_a_file_the_matrix_no_longer_names_is_gone_from_the_source_folder(tmp_path, onnx_bytes):
+    """Files an earlier matrix laid out (a renamed graph) are not there for a graph to find by accident."""
+    (tmp_path / "m.onnx").write_bytes(onnx_bytes)
+    sha = hashlib.sha256(onnx_bytes).hexdigest()
+    store = SourceStore(tmp_path / "cache", tmp_path)
+    dest = tmp_path / "work" / "src" / "m"
+    (dest / "old").mkdir(parents=True)
+    (dest / "old" / "m_v1.onnx").write_bytes(b"from an earlier matrix")
+    store.materialize(_model({"kind": "path", "path": "m.onnx", "sha256": sha}), dest)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == ["m.onnx"]
+    (tmp_path / "m.onnx").write_bytes(onnx_bytes + b"changed")  # the committed file changed, its pin did not
+    with pytest.raises(SourceError, match=r"m\.onnx: sha256 .* does not match the pin"):
+        store.fetch(_model({"kind": "path", "path": "m.onnx", "sha256": sha}))
