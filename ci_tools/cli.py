@@ -161,7 +161,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(f"--soc: {e.message}", hint=e.hint) from None
     if not args.soc:  # one chip per HTP arch of the flagship phones
         socs = list({s.htp_arch: s for s in socs}.values())
-    report = inspect(args.model, socs, samples=args.samples)
+    report = inspect(args.model, socs, samples=args.samples, given=args.input)
     print(json.dumps(report, indent=2) if args.json else render_text(report))
     return 0
 
@@ -260,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="a new ONNX model: I/O, a graphs[] entry, ops, what HTP rejects and why")
     p.add_argument("model", type=Path, help="the .onnx file")
     p.add_argument("--soc", action="append", help="chips to try (default: one per HTP arch of the flagship group)")
+    p.add_argument("--input", action="append", metavar="NAME=1,3,640,640", help="the shape an input gets (repeatable; "
+                   "default: 1 for a batch, 16 for other lengths, then 32, 64, 320, 640 when 16 does not line up)")
     p.add_argument("--samples", type=Path, help="a folder of real samples (.npz, one array per input): name the "
                    "nodes whose values leave fp16's range on them")
     p.add_argument("--json", action="store_true")

@@ -27,18 +27,64 @@ def _dims(v) -> list:
     return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in t.shape.dim]
 
 
-def suggest_graph(path: Path, inputs: list[dict]) -> dict:
-    """A graphs[] entry: a static shape for every input with a dynamic dimension (1 for a batch, 16 for
-    other lengths: change it to what the app feeds), int32 for int64 inputs (HTP has no int64)."""
+LENGTHS = (16, 32, 64, 320, 640)  # tried in turn for dynamic lengths: 16 first, then what strided nets accept
+
+
+def parse_inputs(specs: list[str] | None, inputs: list[dict]) -> dict[str, list[int]]:
+    """``--input x=1,3,640,640`` (repeatable) -> {x: [1, 3, 640, 640]}, checked against the model's inputs."""
+    out = {}
+    names = [i["name"] for i in inputs]
+    for spec in specs or []:
+        name, _, dims = spec.partition("=")
+        try:
+            shape = [int(d) for d in dims.replace("x", ",").split(",")]
+        except ValueError:
+            shape = []
+        if name not in names:
+            raise UsageError(f"--input {spec}: the model has no input '{name}'", hint=f"its inputs: {', '.join(names)}")
+        rank = len(next(i for i in inputs if i["name"] == name)["dims"])
+        if len(shape) != rank or any(d <= 0 for d in shape):
+            raise UsageError(f"--input {spec}: expected {rank} positive lengths, as NAME=1,3,640,640",
+                             hint=f"'{name}' has {rank} dimensions")
+        out[name] = shape
+    return out
+
+
+def suggest_source(path: Path) -> tuple[dict, str]:
+    """The source block and the graphs[].file that paste into the matrix as they are: a file of an installed
+    wheel is ``kind: pip`` with its member path; any other file a ``kind: path`` of its own."""
+    import os
+    from importlib import metadata
+
+    from .sources import sha256_file
+
+    resolved, sha = path.resolve(), sha256_file(path)
+    for dist in metadata.distributions():
+        for f in dist.files or []:
+            if f.name == path.name and Path(str(dist.locate_file(f))).resolve() == resolved:
+                member = f.as_posix()
+                return ({"kind": "pip", "package": f"{dist.metadata['Name']}=={dist.version}",
+                         "files": {member: sha}}, member)
+    rel = os.path.relpath(resolved, Path.cwd())
+    return {"kind": "path", "path": rel if not rel.startswith("..") else str(resolved), "sha256": sha}, path.name
+
+
+def suggest_graph(path: Path, inputs: list[dict], given: dict[str, list[int]] | None = None, length: int = 16,
+                  file: str | None = None) -> dict:
+    """A graphs[] entry: a static shape for every input with a dynamic dimension (1 for a batch, ``length``
+    for other lengths: change it to what the app feeds), int32 for int64 inputs (HTP has no int64);
+    shapes ``given`` (``--input``) as they are."""
     name = re.sub(r"[^a-z0-9._-]+", "-", path.stem.lower()).strip("-._") or "main"
     if not name[0].isalnum():
         name = "g" + name
-    entry: dict = {"name": name[:64], "file": path.name}
+    entry: dict = {"name": name[:64], "file": file or path.name}
     specs = {}
     for i in inputs:
         dynamic = any(not isinstance(d, int) for d in i["dims"])
-        if dynamic or i["dtype"] == "int64":
-            shape = [d if isinstance(d, int) else (1 if k == 0 or BATCH.search(str(d)) else 16)
+        if i["name"] in (given or {}):
+            specs[i["name"]] = {"shape": given[i["name"]], **({"dtype": "int32"} if i["dtype"] == "int64" else {})}
+        elif dynamic or i["dtype"] == "int64":
+            shape = [d if isinstance(d, int) else (1 if k == 0 or BATCH.search(str(d)) else length)
                      for k, d in enumerate(i["dims"])]
             spec: dict = {"shape": shape}
             if i["dtype"] == "int64":
@@ -125,7 +171,7 @@ def _elements(v, entry: dict) -> int | None:
     return math.prod(spec["shape"]) if spec is not None and len(dims) == 1 else None
 
 
-def inspect(path: Path, socs, samples: Path | None = None) -> dict:
+def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | None = None) -> dict:
     import onnx
 
     from .matrix import Graph, InputSpec, Options
@@ -141,19 +187,37 @@ def inspect(path: Path, socs, samples: Path | None = None) -> dict:
     outputs = [{"name": v.name, "dtype": _dtype_name(v.type.tensor_type.elem_type), "dims": _dims(v)}
                for v in m.graph.output]
     ops = Counter(n.op_type for n in m.graph.node)
-    entry = suggest_graph(path, inputs)
+    given_shapes = parse_inputs(given, inputs)
+    source, member = suggest_source(path)
+    entry = suggest_graph(path, inputs, given_shapes, file=member)
     report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
               "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
-              "ops": dict(ops.most_common()), "suggested_graph": entry,
-              "control_flow": control_flow(m, entry), "prepare": None, "htp": []}
-    graph = Graph(name=entry["name"], file=entry["file"],
-                  inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
+              "ops": dict(ops.most_common()), "suggested_source": source, "suggested_graph": entry,
+              "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": []}
     with tempfile.TemporaryDirectory() as tmp:
         model = SimpleNamespace(name="inspect", options=Options())
-        try:
-            prepared = prepare(model, graph, path.parent, Path(tmp), "inspect")
-        except QnnReleaseError as e:
-            report["prepare"] = {"ok": False, "error": str(e)}
+        defaulted = any(i["name"] not in given_shapes and any(not isinstance(d, int) for d in i["dims"][1:])
+                        for i in inputs)
+        first_error, prepared = None, None
+        for length in LENGTHS if defaulted else LENGTHS[:1]:  # 16 first; strided nets need multiples of 32
+            entry = suggest_graph(path, inputs, given_shapes, length, file=member)
+            graph = Graph(name=entry["name"], file=path.name,
+                          inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
+            try:
+                prepared = prepare(model, graph, path.parent, Path(tmp) / str(length), "inspect")
+                break
+            except QnnReleaseError as e:
+                first_error = first_error or e
+                if "do not line up" not in str(e):
+                    break
+        if first_error is not None and prepared is not None:
+            first_error = str(first_error).split(" (hint:")[0]
+            report["notes"].append(f"at length {LENGTHS[0]}: {str(first_error).split(': ', 1)[-1]}; the lengths "
+                                   f"now suggested work ({length}): the app's sizes must be multiples of the "
+                                   "network's stride")
+        report["suggested_graph"] = entry
+        if prepared is None:
+            report["prepare"] = {"ok": False, "error": str(first_error)}
             return report
         report["prepare"] = {"ok": True, "notes": prepared.notes, "outputs": [o.__dict__ for o in prepared.outputs],
                              "parameters": prepared.parameters}
@@ -215,8 +279,11 @@ def render_text(report: dict) -> str:
     rows += [("output", o["name"], o["dtype"], str(o["dims"])) for o in report["outputs"]]
     lines += [table(["", "name", "dtype", "dims"], rows), ""]
     lines.append("ops: " + ", ".join(f"{k} x{v}" for k, v in report["ops"].items()))
-    lines += ["", "suggested graphs[] entry (check the lengths: they are what your app will feed):",
+    lines += ["", "suggested source (pastes into the model's entry as it is):",
+              yaml.safe_dump({"source": report["suggested_source"]}, sort_keys=False).rstrip(),
+              "suggested graphs[] entry (check the lengths: they are what your app will feed):",
               yaml.safe_dump([report["suggested_graph"]], sort_keys=False, default_flow_style=None).rstrip()]
+    lines += [f"note: {n}" for n in report.get("notes", [])]
     for c in report.get("control_flow", []):
         what = ", ".join(c["condition_from"]) or "constants"
         lines.append(f"If {c['node']}: its condition comes from {what}; fix: {c['fix']}")

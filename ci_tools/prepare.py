@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -108,6 +109,37 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
         raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: "
                            f"{str(e).splitlines()[0][:200]}") from None
     notes: list[str] = []
+    try:
+        m, inputs, outputs, source_parameters, cast_inputs = _rewrite(m, model, graph, work, what, notes, seed)
+        return _write(m, model, graph, src, work, final, what, notes, (inputs, outputs, source_parameters,
+                      cast_inputs), samples, min_cosine, start, seed, source_sha)
+    except Exception as e:  # ONNX Runtime's shape inference on the fixed shapes: say why, name the node
+        explained = _explained(e, graph, what)
+        if explained is e:
+            raise
+        raise explained from None
+
+
+SHAPE_ERROR = re.compile(r"Node \(([^)]*)\) Op \((\w+)\) \[ShapeInferenceError\][^\n]*|"
+                         r"\[ShapeInferenceError\][^\n]*|Incompatible dimensions[^\n]*")
+
+
+def _explained(e: Exception, graph: Graph, what: str) -> Exception:
+    """ONNX Runtime's shape-inference failure at the graph's fixed input shapes, as a cause and a fix."""
+    m = SHAPE_ERROR.search(str(e))
+    if m is None:
+        return e
+    node = f"node '{m[1]}' ({m[2]})" if m[1] is not None else "a node"
+    sizes = ", ".join(f"{k} {v.shape}" for k, v in graph.inputs.items()) or "the model's own input shapes"
+    return PrepareError(f"{what}: the input shapes ({sizes}) give maps that do not line up at {node}: "
+                        f"{m[0].split('] ', 1)[-1][:160]}",
+                        hint="a strided network (a detector, a segmenter) needs H and W that are multiples of its "
+                        "total stride, usually 32: set graphs[].inputs to such a size, e.g. [1, 3, 640, 640]; "
+                        "`qnn-release inspect model.onnx --input x=1,3,640,640` tries one")
+
+
+def _rewrite(m, model: Model, graph: Graph, work: Path, what: str, notes: list[str], seed: int):
+    """The graph rewrites, in order: (graph, inputs, outputs, the source's parameter count)."""
     source_parameters = _parameters(m)
     _fold_constants(m, graph, what)
     _apply_fixes(m, graph, notes)
@@ -132,7 +164,15 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
     if m.ByteSize() < EXTERNAL_DATA_ABOVE:
         _pin_output_shapes(m, what, notes, seed)
     inputs, outputs = _static_io(m, what)
+    return m, inputs, outputs, source_parameters, cast_inputs
 
+
+def _write(m, model: Model, graph: Graph, src: Path, work: Path, final: Path, what: str, notes: list[str],
+           io: tuple, samples, min_cosine: float, start: float, seed: int, source_sha: str) -> Prepared:
+    """Save the prepared graph, check it against the original on CPU, and move it into place whole."""
+    import onnx
+
+    inputs, outputs, source_parameters, cast_inputs = io
     work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.{graph.name}.", dir=work))
     try:

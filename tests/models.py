@@ -149,3 +149,25 @@ def layer_norm(path: Path, dim: int = 64) -> Path:
     graph = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, dim])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, dim])], inits)
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+
+
+def strided_detector(path: Path, channels: int = 4, levels: int = 5) -> Path:
+    """x[1, 3, H, W] (H and W dynamic) -> ``levels`` stride-2 convs down, a 2x Resize up, Concat with the map
+    one level up: a DBNet/YOLO-style feature pyramid in little. H and W must be multiples of 2**levels (32): at
+    16 the last two maps are both 1x1, the upsampled one 2x2, and shape inference fails at the Concat."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.float32), "scales")]
+    nodes, cur, cin = [], "x", 3
+    for k in range(levels):
+        inits.append(numpy_helper.from_array(rng.standard_normal((channels, cin, 3, 3)).astype(np.float32) * 0.3,
+                                             f"w{k}"))
+        nodes += [helper.make_node("Conv", [cur, f"w{k}"], [f"c{k}"], strides=[2, 2], pads=[1, 1, 1, 1],
+                                   name=f"down{k}"),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")]
+        cur, cin = f"r{k}", channels
+    nodes += [helper.make_node("Resize", [cur, "", "scales"], ["up"], mode="nearest", name="up"),
+              helper.make_node("Concat", ["up", f"r{levels - 2}"], ["y"], axis=1, name="merge")]
+    graph = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * channels, "h", "w"])],
+                              inits)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

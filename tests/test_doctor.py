@@ -393,3 +393,45 @@ def test_inspect_tells_shape_data_and_flag_decided_ifs_apart():
         c = _flow([helper.make_node("Cast", ["mode"], ["mb"], to=TensorProto.BOOL),
                    helper.make_node("If", ["mb"], ["y"], name="by_mode", **_branches("d"))], [x, v])["by_mode"]
         assert ("replace inputs.mode with graphs[].constants: {mode: " in c["fix"]) is small, c
+
+
+def test_inspect_finds_lengths_a_strided_detector_takes_and_the_entry_pastes_into_a_matrix(tmp_path):
+    """A detector with dynamic H and W: 16 does not line up (two 1x1 maps meet a 2x2 one), so inspect tries the
+    next lengths and suggests 32, says why, and never exits 70; its source and entry paste into a matrix that
+    `plan` accepts. `--input` gives a shape as is; a misspelt input is one line (exit 2)."""
+    from ci_tools.sources import sha256_file
+
+    f = models.strided_detector(tmp_path / "det.onnx")
+    r = run_cli("inspect", str(f), "--soc", "SM8750", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["suggested_graph"]["inputs"]["x"]["shape"] == [1, 3, 32, 32]
+    assert "do not line up at node 'merge' (Concat)" in report["notes"][0] and report["prepare"]["ok"]
+    assert report["suggested_source"] == {"kind": "path", "path": "det.onnx", "sha256": sha256_file(f)}
+    model = {"name": "det", "description": "a detector", "license": "MIT", "chips": ["SM8750"],
+             "source": report["suggested_source"], "graphs": [report["suggested_graph"]]}
+    r = run_cli("plan", "--matrix", str(write_matrix(tmp_path, [model])))
+    assert r.returncode == 0 and "det.det.sm8750.fp16" in r.stdout, r.stderr
+    model["graphs"][0]["inputs"]["x"]["shape"] = [1, 3, 16, 16]  # build says why, not "please report it"
+    r = run_cli("build", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(tmp_path / "dist"),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 8 and "do not line up at node 'merge' (Concat)" in r.stderr, r.stderr
+    assert "multiples of its total stride" in r.stderr and "report it" not in r.stderr
+    r = run_cli("inspect", str(f), "--soc", "SM8750", "--input", "x=1,3,64,96", "--json")
+    assert json.loads(r.stdout)["suggested_graph"]["inputs"]["x"]["shape"] == [1, 3, 64, 96]
+    r = run_cli("inspect", str(f), "--input", "image=1,3,64,64")
+    assert r.returncode == 2 and "--input image=1,3,64,64: the model has no input 'image'" in r.stderr
+    assert "internal error" not in r.stderr and "report it" not in r.stderr
+    assert yaml.safe_load(yaml.safe_dump(model))  # (the entry is plain YAML)
+
+
+def test_a_file_of_an_installed_wheel_is_suggested_as_a_pip_source_with_its_member_path():
+    from importlib import metadata
+
+    import onnx
+
+    from ci_tools.inspection import suggest_source
+
+    source, member = suggest_source(Path(onnx.__file__))
+    assert source["kind"] == "pip" and source["package"] == f"onnx=={metadata.version('onnx')}"
+    assert member == "onnx/__init__.py" and list(source["files"]) == [member]
