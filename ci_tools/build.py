@@ -229,9 +229,10 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         prepare_seconds += time.monotonic() - t0
         model_targets = [t for t in model_targets if t.graph in preps]
         for g_name, prep in preps.items():
-            mine = [t for t in model_targets if t.graph == g_name]
+            mine = [t for t in model_targets if t.graph == g_name and t.precision == "fp16"]
             try:
-                rejected = None if from_store or precompile_only else _doctor(route, prep, mine, out, cache)
+                rejected = None if from_store or precompile_only or not mine else _doctor(route, prep, mine, out,
+                                                                                           cache)
             except Exception as e:  # the check is a help: its own failure leaves the per-chip compiles to report
                 rejected = None
                 if os.environ.get("QNN_RELEASE_VERBOSE"):
@@ -248,6 +249,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
         range_errors: dict[str, QnnReleaseError | None] = {}  # fp16 refused: values leave fp16's range
         precompiled: dict[tuple[str, str], Path | None] = {}
         unconverted: dict[tuple[str, str], QnnReleaseError] = {}  # graph x precision whose precompile failed
+        quant_trials: dict[tuple[str, str], QnnReleaseError | None] = {}  # a quantized precision's own trial
         for t in model_targets:
             if precompile_only and (t.graph, t.precision) in precompiled:
                 continue
@@ -293,6 +295,15 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                         done.append({"model": m.name, "graph": t.graph, "precision": t.precision,
                                      "precompile_run": _precompile_run(precompiled[gp])})
                         continue
+                if gp not in quant_trials and t.precision != "fp16" and isinstance(precompiled[gp], Path) \
+                        and precompiled[gp].suffix == ".onnx":  # the QDQ graph this precision compiles
+                    same = [x for x in model_targets if (x.graph, x.precision) == gp]
+                    try:
+                        quant_trials[gp] = _doctor(route, prep, same, out, cache, quantized=precompiled[gp])
+                    except Exception:  # a help: the per-chip compile reports what it fails on
+                        quant_trials[gp] = None
+                if quant_trials.get(gp) is not None:
+                    raise quant_trials[gp]
             except Exception as e:  # a bad sample file or an unexpected library error stays on its target
                 records[t.id] = _failed(t, _as_error(e, f"{m.name}/{t.graph}: samples", PrepareError))
                 progress.finished(records[t.id])
@@ -414,26 +425,29 @@ def _fail_all(targets: list[Target], e: QnnReleaseError, records: dict, progress
         progress.finished(records[t.id])
 
 
-def _doctor(route, prep: Prepared, targets: list[Target], out: Path, cache: Path) -> QnnReleaseError | None:
-    """Once per graph, before any chip is compiled: a trial compile (CPU fallback allowed) for the most
-    capable chip among the targets names every node HTP rejects. A rejection then fails the graph's
-    targets once, with its cause, instead of once per chip. Routes without a trial skip this."""
+def _doctor(route, prep: Prepared, targets: list[Target], out: Path, cache: Path,
+            quantized: Path | None = None) -> QnnReleaseError | None:
+    """Once per graph and precision family, before any chip is compiled: a trial compile (CPU fallback
+    allowed) for the most capable chip among the targets names every node HTP rejects. The float graph is
+    tried in fp16 for the fp16 targets; a quantized precision's QDQ graph (``quantized``) for its own
+    targets, since HTP takes different ops in float and quantized graphs. A rejection fails those targets
+    once, with its cause, instead of once per chip. Routes without a trial skip this."""
     trial = getattr(route, "doctor", None)
-    # the trial compiles the float graph in fp16: on the most capable target chip that has fp16 (the ops
-    # HTP rejects are the same for the quantized precisions: a rejected op fails them once too)
-    capable = [t for t in targets if t.soc.fp16]
+    capable = [t for t in targets if t.soc.fp16 or quantized is not None]
     if trial is None or not capable:
         return None
     t = max(capable, key=lambda x: (x.soc.htp_arch, x.soc.soc_model))
-    diagnosis = trial(prep, t.soc)
+    diagnosis = trial(prep, t.soc, quantized) if quantized is not None else trial(prep, t.soc)
     if diagnosis is None or not diagnosis.rejected:
         return None
     from .errors import CompileError
 
-    return CompileError(f"{prep.model}/{prep.graph}: {diagnosis.summary()} (trial compile for {t.soc.name}, "
+    what = f"{targets[0].precision} " if quantized is not None else "fp16 "
+    return CompileError(f"{prep.model}/{prep.graph}: {diagnosis.summary()} ({what}trial compile for {t.soc.name}, "
                         f"{t.soc.arch}; no chip was compiled)",
                         hint="`qnn-release inspect` shows every op with its reason and fix",
-                        details={"diagnosis": {**diagnosis.as_dict(), "trial_soc": t.soc.name}})
+                        details={"diagnosis": {**diagnosis.as_dict(), "trial_soc": t.soc.name,
+                                               "trial_precision": targets[0].precision if quantized else "fp16"}})
 
 
 def _failed(t: Target, e: QnnReleaseError) -> dict:

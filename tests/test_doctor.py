@@ -435,3 +435,31 @@ def test_a_file_of_an_installed_wheel_is_suggested_as_a_pip_source_with_its_memb
     source, member = suggest_source(Path(onnx.__file__))
     assert source["kind"] == "pip" and source["package"] == f"onnx=={metadata.version('onnx')}"
     assert member == "onnx/__init__.py" and list(source["files"]) == [member]
+
+
+@pytest.mark.emulator
+def test_each_precision_family_gets_its_own_trial(tmp_path, monkeypatch):
+    """HTP takes different ops in float and in quantized graphs: a rejection found by the fp16 trial fails the
+    fp16 targets only; a w8a16 target is tried on its own QDQ graph (and compiles here)."""
+    pytest.importorskip("onnxruntime_qnn")
+    from ci_tools.backends.ort import OrtBackend
+    from ci_tools.build import build
+    from ci_tools.doctor import Diagnosis
+    from ci_tools.matrix import load_matrix
+
+    tried = []
+
+    def doctor(self, prepared, soc, quantized=None):
+        tried.append("qdq" if quantized is not None else "fp16")
+        return Diagnosis(rejected=[] if quantized is not None else [("Erf", "gelu_erf")])
+
+    monkeypatch.setattr(OrtBackend, "doctor", doctor)
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    loaded = load_matrix(write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"],
+                                                            precisions=["fp16", "w8a16"])]))
+    report = build(loaded, out=tmp_path / "dist", cache=tmp_path / "c")
+    by = {r["precision"]: r for r in report.records}
+    assert by["fp16"]["status"] == "failed" and "fp16 trial compile for SM8750" in by["fp16"]["error"]
+    assert "Erf" in by["fp16"]["error"] and by["w8a16"]["status"] == "ok", by["w8a16"].get("error")
+    assert sorted(tried) == ["fp16", "qdq"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -33,20 +34,24 @@ class OrtBackend:
             return None  # the EP converts float graphs to fp16 itself
         return quantize_graph(prepared.path, precision, calibration or [], per_channel=per_channel)
 
-    def doctor(self, prepared, soc):
-        """The nodes HTP rejects in ``prepared`` on ``soc`` (a trial compile, kept beside the prepared graph)."""
+    def doctor(self, prepared, soc, quantized: Path | None = None):
+        """The nodes HTP rejects on ``soc``: in ``prepared`` compiled as fp16, or in the ``quantized`` (QDQ) graph
+        of a w8a16/int8 precision (HTP's op support differs between float and quantized graphs). A trial
+        compile, its verdict kept beside the graph it tried."""
         import json
 
         from ..doctor import Diagnosis, trial_compile
         from ..report import write_json
 
-        cache = prepared.path.parent / f"doctor-{qnn_ep.qnn_version()}-v{soc.htp_arch}-{soc.soc_model}.json"
+        graph = quantized or prepared.path
+        cache = graph.parent / f"doctor-{qnn_ep.qnn_version()}-v{soc.htp_arch}-{soc.soc_model}" \
+            f"{'-' + graph.stem if quantized else ''}.json"
         try:
             data = json.loads(cache.read_text())
             return Diagnosis(rejected=[tuple(r) for r in data["rejected"]], details=data.get("details", {}))
         except (OSError, ValueError, KeyError):
             pass
-        d = trial_compile(prepared.path, soc.soc_model, soc.htp_arch, fp16=True)
+        d = trial_compile(graph, soc.soc_model, soc.htp_arch, fp16=quantized is None)
         if d is not None:
             write_json(cache, {"rejected": d.rejected, "details": d.details})
         return d
