@@ -24,7 +24,7 @@ from .metrics import Parity, compare, worst
 from .report import as_if_created, write_json
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
-PREPARE_VERSION = 4  # bump when the preparation changes what it writes
+PREPARE_VERSION = 5  # bump when the preparation changes what it writes
 PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_DATA_ABOVE = 1_800_000_000  # leave room below protobuf's 2 GB for the graph itself
 
@@ -149,6 +149,10 @@ def _rewrite(m, model: Model, graph: Graph, work: Path, what: str, notes: list[s
     if cast_inputs:
         notes.append(f"int64 inputs now int32 (Cast inside the graph): {', '.join(cast_inputs)}")
     m = _simplify(m, what, notes, work / model.name / graph.name)
+    constants = _constants_to_initializers(m)
+    if constants:
+        notes.append(f"{constants} Constant node(s) now initializers (a quantizer takes a Constant's output for "
+                     "an activation: a Resize's scales quantized with a scale of 1e-9 failed to compile, 7004)")
     powers = _integer_pow_to_mul(m)
     if powers:
         notes.append(f"Pow(x, n) with n in 1..4 now multiplications: {powers} node(s) (exact on CPU; HTP's Pow of "
@@ -266,6 +270,25 @@ def _clip_to_max_min(m) -> int:
     del m.graph.node[:]
     m.graph.node.extend(nodes)
     return changed
+
+
+def _constants_to_initializers(m) -> int:
+    """Top-level ``Constant`` nodes (a tensor ``value``) -> initializers of the same name. Exact; what
+    exporters such as Paddle2ONNX leave by the hundred after simplification."""
+    from onnx import numpy_helper
+
+    keep, moved = [], 0
+    for n in m.graph.node:
+        if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value" and n.output[0]:
+            t = numpy_helper.from_array(numpy_helper.to_array(n.attribute[0].t), n.output[0])
+            m.graph.initializer.append(t)
+            moved += 1
+        else:
+            keep.append(n)
+    if moved:
+        del m.graph.node[:]
+        m.graph.node.extend(keep)
+    return moved
 
 
 def _integer_pow_to_mul(m) -> int:

@@ -53,6 +53,22 @@ def quiet_native():
         yield
 
 
+QNN_ERRORS = {  # QNN error codes the EP passes on verbatim, with what they meant where we met them
+    "7004": "QNN error 7004: HTP could not create a tensor, typically a quantized one with a degenerate scale "
+            "(a size, index or axis input quantized as an activation, e.g. a Resize's scales at scale 1e-9) or a "
+            "tensor too large for it: compare the node named with the QDQ graph (`*.qdq.onnx` beside the prepared "
+            "graph); prepare makes Constant nodes initializers and the quantizer leaves shape inputs alone",
+}
+
+
+def qnn_error_hint(message: str) -> str | None:
+    """The cause behind a QNN error code in an EP message, where one is known."""
+    for code, hint in QNN_ERRORS.items():
+        if f"error code: {code}" in message or f"error code {code}" in message or f"Error {code}" in message:
+            return hint
+    return None
+
+
 def qnn_version() -> str:
     _, oq = _ort()
     return str(oq.build_and_package_info.qnn_version)
@@ -163,6 +179,7 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
                           and "Unsupported nodes" not in x and x not in err.message]
                 if causes and not err.rejected:
                     err.message = f"{err.message.rstrip(':. ')}; QNN EP: {'; '.join(causes[:2])[:500]}"
+            err.hint = err.hint or qnn_error_hint(err.message)
             raise err from None
         ctx, bins = scratch / f"{stem}_ctx.onnx", sorted(scratch.glob("*.bin"))
         if not ctx.exists() or not bins:

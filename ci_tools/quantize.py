@@ -19,7 +19,7 @@ from .errors import CompileError
 # precision -> (activation type, weight type)
 QTYPES = {"w8a16": ("QUInt16", "QUInt8"), "int8": ("QUInt8", "QUInt8")}
 BITS = {"fp16": (16, 16), "w8a16": (16, 8), "int8": (8, 8)}  # (activation bits, weight bits)
-QUANT_VERSION = 4  # part of the cached file's name: bump when a change here changes what is written
+QUANT_VERSION = 5  # part of the cached file's name: bump when a change here changes what is written
 
 
 def weight_scales(per_channel: bool) -> str:
@@ -96,7 +96,8 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
     try:
         source = _per_channel_opset(prepared_path, converted, what) if needs_opset else prepared_path
         config = get_qnn_qdq_config(str(source), Reader(), activation_type=getattr(QuantType, act),
-                                    weight_type=getattr(QuantType, weight), per_channel=per_channel)
+                                    weight_type=getattr(QuantType, weight), per_channel=per_channel,
+                                    nodes_to_exclude=shape_nodes(source) or None)
         from .quiet import captured
 
         with captured(prepared_path.parent / f"{stem}.quantize.log"):
@@ -120,6 +121,42 @@ def quantize_graph(prepared_path: Path, precision: str, samples: list[dict[str, 
         shutil.rmtree(tmp, ignore_errors=True)
         converted.unlink(missing_ok=True)
     return out
+
+
+# inputs that hold sizes, indices or axes, never activations: quantizing them (a Resize's scales got a scale
+# of 1.5e-9 on a Paddle detector) makes a graph HTP refuses to compile (error 7004)
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,), "Reshape": (1,), "Expand": (1,), "Tile": (1,),
+                "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,),
+                "TopK": (1,), "Range": (0, 1, 2), "OneHot": (1,), "ReduceSum": (1,), "ReduceMean": (1,),
+                "ReduceMax": (1,), "ReduceMin": (1,), "Split": (1,), "Gather": (1,), "GatherElements": (1,),
+                "ScatterND": (1,), "CumSum": (1,)}
+
+
+def shape_nodes(model_path: Path) -> list[str]:
+    """The nodes whose outputs only feed inputs that hold sizes, indices or axes (and the nodes feeding
+    only those): the quantizer leaves them and their outputs alone."""
+    import onnx
+
+    g = onnx.load(str(model_path), load_external_data=False).graph
+    consumers: dict[str, list[tuple]] = {}
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            consumers.setdefault(i, []).append((n, k))
+    shape_like: set[str] = set()
+    changed = True
+    while changed:  # walk up: a node is shape-like when everything it makes goes to shape inputs
+        changed = False
+        for n in g.node:
+            name = n.name or n.output[0]
+            if name in shape_like or not n.output:
+                continue
+            uses = [(c, k) for o in n.output for c, k in consumers.get(o, [])]
+            if uses and all(k in SHAPE_INPUTS.get(c.op_type, ()) or (c.name or c.output[0]) in shape_like
+                            for c, k in uses):
+                shape_like.add(name)
+                changed = True
+    named = {n.name for n in g.node if n.name}  # the quantizer excludes nodes by name
+    return sorted(shape_like & named)
 
 
 def _what(prepared_path: Path) -> str:

@@ -171,3 +171,23 @@ def strided_detector(path: Path, channels: int = 4, levels: int = 5) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * channels, "h", "w"])],
                               inits)
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def resize_by_constant(path: Path) -> Path:
+    """x[1, 4, 8, 8] -> Conv -> Resize whose scales come from a Constant node (as Paddle2ONNX writes them) and a
+    Reshape whose shape is computed in float (Shape -> Cast -> Mul -> Cast): inputs that hold sizes."""
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3, "w")
+    one = numpy_helper.from_array(np.array([1.0, 1.0, 1.0, 1.0], dtype=np.float32), "one")
+    scales = helper.make_tensor("scales_value", TensorProto.FLOAT, [4], [1.0, 1.0, 2.0, 2.0])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Constant", [], ["scales"], value=scales, name="scales_const"),
+             helper.make_node("Resize", ["c", "", "scales"], ["u"], mode="nearest", name="up"),
+             helper.make_node("Shape", ["u"], ["s"], name="shape"),
+             helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT, name="to_float"),
+             helper.make_node("Mul", ["sf", "one"], ["sf1"], name="same_shape"),
+             helper.make_node("Cast", ["sf1"], ["si"], to=TensorProto.INT64, name="to_int"),
+             helper.make_node("Reshape", ["u", "si"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "rz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], [w, one])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -204,3 +204,30 @@ def test_a_quantized_graph_broken_on_cpu_fails_naming_the_node_and_is_never_cach
     assert "m/g: the w8a16 graph is broken on CPU before any chip: output 'y'" in msg
     assert "node 'softmax'" in msg and "'hm' holds ±inf" in msg and "-1e4" in msg
     assert not list(folder.glob("*.qdq.onnx"))
+
+
+def test_constants_become_initializers_and_shape_inputs_are_never_quantized(tmp_path):
+    """A Resize's scales from a Constant node (Paddle2ONNX writes hundreds) were quantized as an activation with
+    a scale of 1.5e-9, and HTP refused the graph (7004): prepare makes them initializers, and the nodes that
+    only compute sizes (a Reshape's shape computed in float) stay out of the quantizer's reach."""
+    from ci_tools.qnn_ep import qnn_error_hint
+    from ci_tools.quantize import shape_nodes
+
+    (tmp_path / "models").mkdir()
+    f = models.resize_by_constant(tmp_path / "models" / "rz.onnx")
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"], precisions=["w8a16"])])
+    (prep,) = _prepare(matrix, tmp_path / "cache")
+    g = onnx.load(str(prep.path)).graph
+    assert not [n for n in g.node if n.op_type == "Constant"] and any("Constant node(s) now initializers" in x
+                                                                       for x in prep.notes)
+    assert {"to_float", "same_shape"} <= set(shape_nodes(prep.path)) or not {"to_float", "same_shape"} & {
+        n.name for n in g.node}  # (onnxsim may fold the size arithmetic away entirely)
+    rng = np.random.default_rng(0)
+    q = quantize_graph(prep.path, "w8a16", [{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+                                            for _ in range(4)])
+    qg = onnx.load(str(q)).graph
+    resize = next(n for n in qg.node if n.op_type == "Resize")
+    made = {o: n for n in qg.node for o in n.output}
+    for k in range(1, len(resize.input)):  # roi / scales / sizes straight from initializers, never from a DQ
+        assert resize.input[k] == "" or made.get(resize.input[k]) is None, resize.input
+    assert "7004" in qnn_error_hint("Failed to create tensor for node: up_DequantizeLinear error code: 7004")
