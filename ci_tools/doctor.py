@@ -37,6 +37,17 @@ CAUSES: dict[str, tuple[str, str]] = {
     "RandomUniformLike": ("random ops have no HTP kernel", "feed the noise as an input"),
     "STFT": ("no HTP kernel for STFT", "compute features on CPU and feed them, or write the DFT as a MatMul"),
 }
+_CONTRIB = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer optimizer: HTP runs the standard "
+            "ops it was fused from",
+            "declare `fixes: [unfuse-contrib]` on the graph (prepare writes the standard ops back, checked on CPU), "
+            "or export without ONNX Runtime's optimizer")
+_CONTRIB_ONLY = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer optimizer, with no "
+                 "un-fuse rewrite here",
+                 "export the model without ONNX Runtime's transformer optimizer (the plain ONNX export)")
+CAUSES.update({op: _CONTRIB for op in ("FastGelu", "QuickGelu", "BiasGelu", "SkipLayerNormalization",
+                                       "SkipSimplifiedLayerNormalization")})
+CAUSES.update({op: _CONTRIB_ONLY for op in ("Attention", "MultiHeadAttention", "EmbedLayerNormalization",
+                                            "FusedMatMul", "BiasSoftmax", "BiasAdd", "GroupQueryAttention")})
 DEFAULT = ("HTP has no kernel for it (with these input types and shapes)",
            "replace it in the export, or split the graph so it runs outside")
 UNSUPPORTED = re.compile(r"\{ name: ([^,]*), type: ([\w.]+) \}")
@@ -78,6 +89,34 @@ class Diagnosis:
 
     def as_dict(self) -> dict:
         return {"rejected_nodes": len(self.rejected), "ops": dict(self.counts), "causes": self.causes()}
+
+
+def source_kind(m) -> list[dict]:
+    """What the graph is, where that decides the precision and the export: statically quantized (QDQ),
+    dynamically quantized, or fused by ONNX Runtime's transformer optimizer."""
+    from collections import Counter
+
+    ops = Counter(n.op_type for n in m.graph.node)
+    contrib = Counter(n.op_type for n in m.graph.node if n.domain == "com.microsoft")
+    kinds = []
+    dynamic = {k: ops[k] for k in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if ops[k]}
+    if dynamic:
+        kinds.append({"kind": "dynamically quantized", "ops": dynamic,
+                      "means": "int8 weights, activations quantized at run time (ONNX Runtime's quantize_dynamic): "
+                      "HTP has no run-time quantization; start from the float model and build w8a16 or int8, "
+                      "which qnn-release calibrates itself"})
+    elif ops["QuantizeLinear"] or ops["DequantizeLinear"]:
+        kinds.append({"kind": "statically quantized (QDQ)",
+                      "ops": {k: ops[k] for k in ("QuantizeLinear", "DequantizeLinear")},
+                      "means": "its scales were calibrated for another runtime; qnn-release quantizes float graphs "
+                      "itself: build from the float export (fp16, or w8a16/int8 calibrated on your samples); "
+                      "the graph's input Q and output DQ run on CPU by design"})
+    if contrib:
+        kinds.append({"kind": "fused by ONNX Runtime's transformer optimizer", "ops": dict(contrib),
+                      "means": "com.microsoft ops only ONNX Runtime runs; `fixes: [unfuse-contrib]` writes "
+                      "FastGelu, QuickGelu, Gelu, BiasGelu and SkipLayerNormalization back as standard ops, or "
+                      "export without the optimizer"})
+    return kinds
 
 
 def unsupported_from_log(text: str) -> list[tuple[str, str]]:

@@ -174,6 +174,7 @@ def _elements(v, entry: dict) -> int | None:
 def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | None = None) -> dict:
     import onnx
 
+    from .doctor import source_kind
     from .matrix import Graph, InputSpec, Options
     from .prepare import _dtype_name, prepare
 
@@ -193,7 +194,8 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
     report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
               "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
               "ops": dict(ops.most_common()), "suggested_source": source, "suggested_graph": entry,
-              "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": []}
+              "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": [],
+              "source_kind": source_kind(m)}
     with tempfile.TemporaryDirectory() as tmp:
         model = SimpleNamespace(name="inspect", options=Options())
         defaulted = any(i["name"] not in given_shapes and any(not isinstance(d, int) for d in i["dims"][1:])
@@ -279,6 +281,9 @@ def render_text(report: dict) -> str:
     rows += [("output", o["name"], o["dtype"], str(o["dims"])) for o in report["outputs"]]
     lines += [table(["", "name", "dtype", "dims"], rows), ""]
     lines.append("ops: " + ", ".join(f"{k} x{v}" for k, v in report["ops"].items()))
+    for k in report.get("source_kind", []):
+        lines.append(f"this graph is {k['kind']} (" + ", ".join(f"{o} x{n}" for o, n in k["ops"].items())
+                     + f"): {k['means']}")
     lines += ["", "suggested source (pastes into the model's entry as it is):",
               yaml.safe_dump({"source": report["suggested_source"]}, sort_keys=False).rstrip(),
               "suggested graphs[] entry (check the lengths: they are what your app will feed):",

@@ -237,6 +237,12 @@ def _apply_fixes(m, graph: Graph, notes: list[str]) -> None:
     if "clip-to-max-min" in graph.fixes:
         n = _clip_to_max_min(m)
         notes.append(f"fix clip-to-max-min: {n} Clip node(s) with run-time or infinite bounds now Max/Min")
+    if "unfuse-contrib" in graph.fixes:
+        from .unfuse import unfuse
+
+        counts = unfuse(m, f"{graph.name}")
+        notes.append("fix unfuse-contrib: " + (", ".join(f"{op} x{k}" for op, k in counts.items()) or "nothing to do")
+                     + " rewritten as standard ONNX ops (their documented formulas)")
 
 
 def _clip_to_max_min(m) -> int:

@@ -191,3 +191,23 @@ def resize_by_constant(path: Path) -> Path:
     graph = helper.make_graph(nodes, "rz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], [w, one])
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def fused_bert_block(path: Path, dim: int = 32, seq: int = 8) -> Path:
+    """x[1, seq, dim] -> MatMul -> FastGelu(bias) -> MatMul -> SkipLayerNormalization(skip = x) -> y: the
+    com.microsoft ops ONNX Runtime's transformer optimizer leaves in a BERT."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.standard_normal((dim, dim)).astype(np.float32) * 0.3, "w1"),
+             numpy_helper.from_array(rng.standard_normal(dim).astype(np.float32) * 0.1, "b1"),
+             numpy_helper.from_array(rng.standard_normal((dim, dim)).astype(np.float32) * 0.3, "w2"),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, dim).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.uniform(-0.5, 0.5, dim).astype(np.float32), "beta")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("FastGelu", ["h", "b1"], ["g"], domain="com.microsoft", name="fast_gelu"),
+             helper.make_node("MatMul", ["g", "w2"], ["h2"], name="fc2"),
+             helper.make_node("SkipLayerNormalization", ["h2", "x", "gamma", "beta"], ["y"], domain="com.microsoft",
+                              epsilon=1e-5, name="skip_ln")]
+    graph = helper.make_graph(nodes, "bert", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, dim])], inits)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)]), path)

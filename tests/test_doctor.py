@@ -463,3 +463,50 @@ def test_each_precision_family_gets_its_own_trial(tmp_path, monkeypatch):
     assert by["fp16"]["status"] == "failed" and "fp16 trial compile for SM8750" in by["fp16"]["error"]
     assert "Erf" in by["fp16"]["error"] and by["w8a16"]["status"] == "ok", by["w8a16"].get("error")
     assert sorted(tried) == ["fp16", "qdq"]
+
+
+def test_a_graph_fused_by_onnx_runtime_is_named_so_and_unfuse_contrib_makes_it_compile(tmp_path):
+    """A BERT block with FastGelu and SkipLayerNormalization (com.microsoft): inspect says what the graph is and
+    the doctor names the fix; with `fixes: [unfuse-contrib]` prepare writes the documented formulas back as
+    standard ops, its CPU parity with the original holds, and HTP takes every node."""
+    pytest.importorskip("onnxruntime_qnn")
+    f = models.fused_bert_block(tmp_path / "bert.onnx")
+    r = run_cli("inspect", str(f), "--soc", "SM8750", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    (kind,) = report["source_kind"]
+    assert kind["kind"] == "fused by ONNX Runtime's transformer optimizer"
+    assert kind["ops"] == {"FastGelu": 1, "SkipLayerNormalization": 1}
+    causes = {c["op"]: c for c in report["htp"][0].get("causes", [])}
+    assert "unfuse-contrib" in causes["FastGelu"]["fix"], report["htp"]
+    (tmp_path / "models").mkdir()
+    g = models.fused_bert_block(tmp_path / "models" / "bert.onnx")
+    model = path_model(tmp_path, "bert", g, graphs=[{"name": "main", "file": "bert.onnx",
+                                                     "fixes": ["unfuse-contrib"]}], chips=["SM8750"])
+    r = run_cli("build", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(tmp_path / "dist"),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "dist" / "build-report.json").read_text())
+    (t,) = report["targets"]
+    assert t["status"] == "ok" and t["parity"]["cosine"] > 0.999
+    notes = " ".join(n for p in report["prepared"] for n in p["notes"])
+    assert "fix unfuse-contrib: FastGelu x1, SkipLayerNormalization x1 rewritten" in notes
+
+
+def test_quantized_sources_are_named_for_what_they_are():
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ci_tools.doctor import source_kind
+
+    def graph(*ops):
+        nodes = [helper.make_node(op, ["x"], [f"y{k}"], **({"domain": d} if d else {})) for k, (op, d) in
+                 enumerate(ops)]
+        return helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, [1])], []))
+
+    assert [k["kind"] for k in source_kind(graph(("DynamicQuantizeLinear", None), ("MatMulInteger", None)))] == [
+        "dynamically quantized"]
+    assert [k["kind"] for k in source_kind(graph(("QuantizeLinear", None), ("DequantizeLinear", None)))] == [
+        "statically quantized (QDQ)"]
+    assert source_kind(graph(("Relu", None))) == [] and isinstance(onnx.ModelProto(), onnx.ModelProto)
