@@ -109,8 +109,8 @@ def source_kind(m) -> list[dict]:
         kinds.append({"kind": "statically quantized (QDQ)",
                       "ops": {k: ops[k] for k in ("QuantizeLinear", "DequantizeLinear")},
                       "means": "its scales were calibrated for another runtime; qnn-release quantizes float graphs "
-                      "itself: build from the float export (fp16, or w8a16/int8 calibrated on your samples); "
-                      "the graph's input Q and output DQ run on CPU by design"})
+                      "itself: build from the float export, or declare `fixes: [dequantize]` (prepare makes "
+                      "this graph its float equivalent) for fp16, or w8a16/int8 calibrated on your samples"})
     if contrib:
         kinds.append({"kind": "fused by ONNX Runtime's transformer optimizer", "ops": dict(contrib),
                       "means": "com.microsoft ops only ONNX Runtime runs; `fixes: [unfuse-contrib]` writes "

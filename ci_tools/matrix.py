@@ -78,11 +78,13 @@ class Graph(_Frozen):
         default={}, description="static shapes for inputs whose shape is dynamic: {name: [1, 576]}")
     constants: dict[str, int | float | list[int] | list[float]] = Field(
         default={}, description="inputs folded into constants, e.g. {sr: 16000}")
-    fixes: list[Literal["clip-to-max-min", "unfuse-contrib"]] = Field(
+    fixes: list[Literal["clip-to-max-min", "unfuse-contrib", "dequantize"]] = Field(
         default=[], description="small graph rewrites prepare applies (and checks for parity) where the export "
         "cannot be changed: clip-to-max-min rewrites a Clip with run-time or infinite bounds as Max/Min; "
         "unfuse-contrib rewrites ONNX Runtime's fused contrib ops (FastGelu, QuickGelu, Gelu, BiasGelu, "
-        "SkipLayerNormalization, SkipSimplifiedLayerNormalization) as the standard ops they stand for")
+        "SkipLayerNormalization, SkipSimplifiedLayerNormalization) as the standard ops they stand for; "
+        "dequantize makes a statically quantized (QDQ) source its float equivalent (weights dequantized, "
+        "activation Q/DQ pairs dropped)")
     prescale: dict[str, Annotated[float, Field(gt=1)]] = Field(
         default={}, description="tensor -> k: the LayerNorm/RMSNorm (made of plain ops) that normalises this tensor "
         "runs on tensor / k with eps / k^2, the same output with squares k^2 smaller (fp16 overflow); the fp16 range "

@@ -237,6 +237,13 @@ def _apply_fixes(m, graph: Graph, notes: list[str]) -> None:
     if "clip-to-max-min" in graph.fixes:
         n = _clip_to_max_min(m)
         notes.append(f"fix clip-to-max-min: {n} Clip node(s) with run-time or infinite bounds now Max/Min")
+    if "dequantize" in graph.fixes:
+        from .dequantize import dequantize
+
+        folded, pairs = dequantize(m)
+        notes.append(f"fix dequantize: {folded} quantized weight(s) now float, {pairs} activation Q/DQ pair(s) "
+                     "now a Clip at their saturation bounds (the float graph the QDQ source was quantized from, up "
+                     "to its rounding)")
     if "unfuse-contrib" in graph.fixes:
         from .unfuse import unfuse
 

@@ -231,3 +231,39 @@ def test_constants_become_initializers_and_shape_inputs_are_never_quantized(tmp_
     for k in range(1, len(resize.input)):  # roi / scales / sizes straight from initializers, never from a DQ
         assert resize.input[k] == "" or made.get(resize.input[k]) is None, resize.input
     assert "7004" in qnn_error_hint("Failed to create tensor for node: up_DequantizeLinear error code: 7004")
+
+
+def test_a_qdq_source_becomes_its_float_equivalent_with_fixes_dequantize(tmp_path):
+    """A graph quantized for ONNX Runtime's CPU (QDQ, int8 weights and activations): `fixes: [dequantize]` folds
+    each weight's DequantizeLinear into the float it stands for and drops the activation Q/DQ pairs; the float
+    graph agrees with the QDQ one on CPU up to its rounding, and has no Q/DQ left."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "float.onnx", dynamic_batch=False)
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.uniform(-1, 1, (1, 32)).astype(np.float32)} for _ in range(8)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    qdq = tmp_path / "models" / "qdq.onnx"
+    quantize_static(str(f), str(qdq), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    before = Counter(n.op_type for n in onnx.load(str(qdq)).graph.node)
+    assert before["DequantizeLinear"] and before["QuantizeLinear"]
+    model = path_model(tmp_path, "q", qdq, graphs=[{"name": "main", "file": "qdq.onnx", "fixes": ["dequantize"]}],
+                       chips=["SM8750"], options={"prepare_min_cosine": 0.99})
+    (prep,) = _prepare(write_matrix(tmp_path, [model]), tmp_path / "cache", name="q")
+    after = Counter(n.op_type for n in onnx.load(str(prep.path)).graph.node)
+    assert not after["DequantizeLinear"] and not after["QuantizeLinear"], after
+    assert prep.parity["cosine"] > 0.99
+    assert any(n.startswith("fix dequantize: 3 quantized weight(s)") for n in prep.notes), prep.notes
+    ref = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"])
+    a, b = ref.run(None, feeds[0])[0], got.run(None, feeds[0])[0]
+    assert np.allclose(a, b, atol=0.05 * np.abs(a).max())  # the float graph it was quantized from, to int8 rounding

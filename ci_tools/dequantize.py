@@ -1,0 +1,107 @@
+"""``fixes: [dequantize]``: a statically quantized (QDQ) source as its float equivalent.
+
+A QDQ graph made for ONNX Runtime's CPU int8 kernels carries scales calibrated for that runtime. Its float
+equivalent is exact by the ONNX definitions of the two ops: ``DequantizeLinear(q, scale, zp) = (q - zp) *
+scale`` (per axis when ``axis`` is given), so a weight stored as int8 + scale becomes the float initializer
+it stands for; ``QuantizeLinear -> DequantizeLinear`` on an activation is a rounding to the calibrated grid,
+which the float graph leaves out, and a saturation at the ends of the integer range, which it keeps as a
+``Clip`` (quantizers fold a Relu into it that way). The rounding is the only change, and what prepare's
+parity check measures. The float
+graph then builds as fp16, or as w8a16/int8 calibrated on the model's own samples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
+          np.dtype(np.uint16): (0, 65535)}
+
+
+def _saturation(consts: dict, q) -> tuple[float, float] | None:
+    """The float range a per-tensor QuantizeLinear -> DequantizeLinear pair passes: [(qmin - zp) * s,
+    (qmax - zp) * s]; None for a pair this rewrite leaves (per-axis, or scales computed at run time)."""
+    from onnx import numpy_helper
+
+    if q.input[1] not in consts or len(q.input) < 3 or q.input[2] not in consts:
+        return None
+    scale = numpy_helper.to_array(consts[q.input[1]])
+    zp = numpy_helper.to_array(consts[q.input[2]])
+    if scale.size != 1 or zp.dtype not in RANGES:
+        return None
+    qmin, qmax = RANGES[zp.dtype]
+    s, z = float(scale.ravel()[0]), float(zp.ravel()[0])
+    return (qmin - z) * s, (qmax - z) * s
+
+
+def dequantize(m) -> tuple[int, int]:
+    """Fold every constant DequantizeLinear into a float initializer and drop every activation Q -> DQ
+    pair; (weights folded, pairs dropped). A DQ of a graph input (an integer input) is kept."""
+    from onnx import numpy_helper
+
+    consts = {i.name: i for i in m.graph.initializer}
+    nodes = list(m.graph.node)
+    made = {o: n for n in nodes for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    from onnx import helper
+
+    drop, rename, folded, pairs, clips = set(), {}, 0, 0, []
+    for n in nodes:
+        if n.op_type != "DequantizeLinear" or n.input[0] not in consts:
+            continue
+        q = numpy_helper.to_array(consts[n.input[0]]).astype(np.float64)
+        scale = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)
+        zp = numpy_helper.to_array(consts[n.input[2]]).astype(np.float64) if len(n.input) > 2 and n.input[2] \
+            else np.zeros_like(scale)
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+        if scale.ndim == 1 and q.ndim > 1:  # per axis: the scale runs along `axis`
+            shape = [1] * q.ndim
+            shape[axis] = -1
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        m.graph.initializer.append(numpy_helper.from_array(((q - zp) * scale).astype(np.float32), n.output[0]))
+        drop.add(id(n))
+        folded += 1
+    for n in nodes:
+        if n.op_type != "QuantizeLinear":
+            continue
+        users = consumers.get(n.output[0], [])
+        if users and all(u.op_type == "DequantizeLinear" for u in users) and n.input[0] in {
+                *made, *(i.name for i in m.graph.input)}:
+            bounds = _saturation(consts, n)
+            if bounds is None:
+                continue
+            # the pair also saturates at the ends of the integer range: a quantizer folds a Relu (or a Clip)
+            # into it that way, so the float graph keeps that as a Clip with the same bounds
+            lo, hi = (numpy_helper.from_array(np.array(b, dtype=np.float32), f"{n.output[0]}_{w}")
+                      for b, w in zip(bounds, ("lo", "hi")))
+            m.graph.initializer.extend([lo, hi])
+            clip = helper.make_node("Clip", [n.input[0], lo.name, hi.name], [f"{n.output[0]}_float"],
+                                    name=f"{n.name or n.output[0]}_range")
+            clips.append((n, clip))
+            for u in users:
+                rename[u.output[0]] = clip.output[0]
+                drop.add(id(u))
+            drop.add(id(n))
+            pairs += 1
+    kept = []
+    for n in nodes:
+        kept += [c for q, c in clips if q is n]  # each Clip where its QuantizeLinear was
+        if id(n) not in drop:
+            kept.append(n)
+    for n in kept:
+        for k, i in enumerate(n.input):
+            if i in rename:
+                n.input[k] = rename[i]
+    for o in m.graph.output:
+        if o.name in rename:  # a graph output made by a dropped DQ: keep its name with an Identity
+            kept.append(helper.make_node("Identity", [rename[o.name]], [o.name], name=f"{o.name}_float"))
+    del m.graph.node[:]
+    m.graph.node.extend(kept)
+    used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
+    keep = [i for i in m.graph.initializer if i.name in used]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+    return folded, pairs
