@@ -105,3 +105,60 @@ def dequantize(m) -> tuple[int, int]:
     del m.graph.initializer[:]
     m.graph.initializer.extend(keep)
     return folded, pairs
+
+
+def dequantize_dynamic(m) -> int:
+    """ONNX Runtime's dynamic quantization (``quantize_dynamic``) undone: ``DynamicQuantizeLinear(x) ->
+    MatMulInteger(x_q, W_q, x_zp, W_zp) -> Cast -> Mul(x_scale * W_scale)`` is, by the ops' definitions,
+    ``MatMul(x, (W_q - W_zp) * W_scale)`` up to x's run-time rounding: written so, with the scale Mul an
+    Identity; what is left unused goes. The MatMuls rewritten."""
+    from onnx import helper, numpy_helper
+
+    consts = {i.name: i for i in m.graph.initializer}
+    nodes = list(m.graph.node)
+    made = {o: n for n in nodes for o in n.output}
+    users: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+    swap, done = {}, 0
+    for n in nodes:
+        dql = made.get(n.input[0]) if n.op_type == "MatMulInteger" else None
+        if dql is None or dql.op_type != "DynamicQuantizeLinear" or n.input[1] not in consts:
+            continue
+        casts = users.get(n.output[0], [])
+        muls = users.get(casts[0].output[0], []) if len(casts) == 1 and casts[0].op_type == "Cast" else []
+        if len(muls) != 1 or muls[0].op_type != "Mul":
+            continue
+        mul = muls[0]
+        scales = made.get(next((i for i in mul.input if i != casts[0].output[0]), ""))
+        w_scale = next((i for i in (scales.input if scales is not None and scales.op_type == "Mul" else [])
+                        if i in consts), None)
+        if w_scale is None or dql.output[1] not in scales.input:
+            continue
+        w = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)
+        zp = numpy_helper.to_array(consts[n.input[3]]).astype(np.float64) if len(n.input) > 3 and \
+            n.input[3] in consts else 0.0
+        weights = ((w - zp) * numpy_helper.to_array(consts[w_scale]).astype(np.float64)).astype(np.float32)
+        m.graph.initializer.append(numpy_helper.from_array(weights, f"{n.input[1]}_float"))
+        swap[id(n)] = helper.make_node("MatMul", [dql.input[0], f"{n.input[1]}_float"], [n.output[0]],
+                                       name=f"{n.name or n.output[0]}_float")
+        swap[id(mul)] = helper.make_node("Identity", [casts[0].output[0]], [mul.output[0]],
+                                         name=f"{mul.name or mul.output[0]}_unscaled")
+        done += 1
+    if done:
+        kept = [swap.get(id(n), n) for n in nodes]
+        graph_outputs = {o.name for o in m.graph.output}
+        while True:  # what only fed the rewritten nodes (DynamicQuantizeLinear, the scale Muls) goes
+            read = {i for n in kept for i in n.input} | graph_outputs
+            alive = [n for n in kept if any(o in read for o in n.output)]
+            if len(alive) == len(kept):
+                break
+            kept = alive
+        del m.graph.node[:]
+        m.graph.node.extend(kept)
+        read = {i for n in kept for i in n.input} | graph_outputs
+        keep = [i for i in m.graph.initializer if i.name in read]
+        del m.graph.initializer[:]
+        m.graph.initializer.extend(keep)
+    return done

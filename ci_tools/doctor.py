@@ -16,8 +16,9 @@ from pathlib import Path
 # op type -> (why HTP rejects it, what to do). Groups share one explanation.
 _DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
                   "which HTP does not run",
-                  "start from the float model (export it without dynamic quantization) and use precision w8a16 "
-                  "or int8: qnn-release quantizes it statically")
+                  "start from the float model (export it without dynamic quantization), or declare "
+                  "`fixes: [dequantize]` on the graph; then use fp16, or w8a16/int8, which qnn-release quantizes "
+                  "statically")
 _CONTROL_FLOW = ("control flow decided by the data: HTP runs one static graph, with no If/Loop/Scan",
                  "fold the branch with graphs[].constants when the condition is fixed, or split the graph there")
 _DATA_SIZED = ("its output size depends on the input values; HTP needs every shape fixed before it runs",
@@ -103,8 +104,9 @@ def source_kind(m) -> list[dict]:
     if dynamic:
         kinds.append({"kind": "dynamically quantized", "ops": dynamic,
                       "means": "int8 weights, activations quantized at run time (ONNX Runtime's quantize_dynamic): "
-                      "HTP has no run-time quantization; start from the float model and build w8a16 or int8, "
-                      "which qnn-release calibrates itself"})
+                      "HTP has no run-time quantization; start from the float model, or declare "
+                      "`fixes: [dequantize]` (prepare writes each MatMulInteger back as a float MatMul), then "
+                      "build fp16, or w8a16/int8 calibrated by qnn-release"})
     elif ops["QuantizeLinear"] or ops["DequantizeLinear"]:
         kinds.append({"kind": "statically quantized (QDQ)",
                       "ops": {k: ops[k] for k in ("QuantizeLinear", "DequantizeLinear")},

@@ -238,12 +238,13 @@ def _apply_fixes(m, graph: Graph, notes: list[str]) -> None:
         n = _clip_to_max_min(m)
         notes.append(f"fix clip-to-max-min: {n} Clip node(s) with run-time or infinite bounds now Max/Min")
     if "dequantize" in graph.fixes:
-        from .dequantize import dequantize
+        from .dequantize import dequantize, dequantize_dynamic
 
         folded, pairs = dequantize(m)
+        dynamic = dequantize_dynamic(m)
         notes.append(f"fix dequantize: {folded} quantized weight(s) now float, {pairs} activation Q/DQ pair(s) "
-                     "now a Clip at their saturation bounds (the float graph the QDQ source was quantized from, up "
-                     "to its rounding)")
+                     f"now a Clip at their saturation bounds, {dynamic} dynamically quantized MatMul(s) float "
+                     "again (the float graph the source was quantized from, up to its rounding)")
     if "unfuse-contrib" in graph.fixes:
         from .unfuse import unfuse
 

@@ -267,3 +267,25 @@ def test_a_qdq_source_becomes_its_float_equivalent_with_fixes_dequantize(tmp_pat
     got = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"])
     a, b = ref.run(None, feeds[0])[0], got.run(None, feeds[0])[0]
     assert np.allclose(a, b, atol=0.05 * np.abs(a).max())  # the float graph it was quantized from, to int8 rounding
+
+
+def test_a_dynamically_quantized_source_becomes_float_again_with_fixes_dequantize(tmp_path):
+    """ONNX Runtime's quantize_dynamic (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the scales):
+    `fixes: [dequantize]` writes each as a float MatMul with the dequantized weights; no integer op is left."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "float.onnx", dynamic_batch=False)
+    dyn = tmp_path / "models" / "dyn.onnx"
+    quantize_dynamic(str(f), str(dyn), weight_type=QuantType.QInt8)
+    assert Counter(n.op_type for n in onnx.load(str(dyn)).graph.node)["MatMulInteger"] == 2
+    model = path_model(tmp_path, "d", dyn, graphs=[{"name": "main", "file": "dyn.onnx", "fixes": ["dequantize"]}],
+                       chips=["SM8750"], options={"prepare_min_cosine": 0.99})
+    (prep,) = _prepare(write_matrix(tmp_path, [model]), tmp_path / "cache", name="d")
+    ops = Counter(n.op_type for n in onnx.load(str(prep.path)).graph.node)
+    assert not {"DynamicQuantizeLinear", "MatMulInteger"} & set(ops) and ops["MatMul"] + ops["Gemm"] == 2, ops
+    assert any("2 dynamically quantized MatMul(s) float again" in n for n in prep.notes), prep.notes
+    x = {"x": np.random.default_rng(2).uniform(-1, 1, (1, 32)).astype(np.float32)}
+    a = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    b = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert np.allclose(a, b, atol=0.05 * np.abs(a).max())
