@@ -46,9 +46,9 @@ _CONTRIB_ONLY = ("an ONNX Runtime contrib op (com.microsoft) made by its transfo
                  "un-fuse rewrite here",
                  "export the model without ONNX Runtime's transformer optimizer (the plain ONNX export)")
 CAUSES.update({op: _CONTRIB for op in ("FastGelu", "QuickGelu", "BiasGelu", "SkipLayerNormalization",
-                                       "SkipSimplifiedLayerNormalization")})
-CAUSES.update({op: _CONTRIB_ONLY for op in ("Attention", "MultiHeadAttention", "EmbedLayerNormalization",
-                                            "FusedMatMul", "BiasSoftmax", "BiasAdd", "GroupQueryAttention")})
+                                       "SkipSimplifiedLayerNormalization", "Attention", "EmbedLayerNormalization")})
+CAUSES.update({op: _CONTRIB_ONLY for op in ("MultiHeadAttention", "FusedMatMul", "BiasSoftmax", "BiasAdd",
+                                            "GroupQueryAttention")})
 DEFAULT = ("HTP has no kernel for it (with these input types and shapes)",
            "replace it in the export, or split the graph so it runs outside")
 UNSUPPORTED = re.compile(r"\{ name: ([^,]*), type: ([\w.]+) \}")
@@ -116,8 +116,8 @@ def source_kind(m) -> list[dict]:
     if contrib:
         kinds.append({"kind": "fused by ONNX Runtime's transformer optimizer", "ops": dict(contrib),
                       "means": "com.microsoft ops only ONNX Runtime runs; `fixes: [unfuse-contrib]` writes "
-                      "FastGelu, QuickGelu, Gelu, BiasGelu and SkipLayerNormalization back as standard ops, or "
-                      "export without the optimizer"})
+                      "EmbedLayerNormalization, Attention, SkipLayerNormalization, FastGelu, QuickGelu, Gelu and "
+                      "BiasGelu back as standard ops, or export without the optimizer"})
     return kinds
 
 

@@ -81,8 +81,9 @@ class Graph(_Frozen):
     fixes: list[Literal["clip-to-max-min", "unfuse-contrib", "dequantize"]] = Field(
         default=[], description="small graph rewrites prepare applies (and checks for parity) where the export "
         "cannot be changed: clip-to-max-min rewrites a Clip with run-time or infinite bounds as Max/Min; "
-        "unfuse-contrib rewrites ONNX Runtime's fused contrib ops (FastGelu, QuickGelu, Gelu, BiasGelu, "
-        "SkipLayerNormalization, SkipSimplifiedLayerNormalization) as the standard ops they stand for; "
+        "unfuse-contrib rewrites ONNX Runtime's fused contrib ops (EmbedLayerNormalization, Attention, FastGelu, "
+        "QuickGelu, Gelu, BiasGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization) as the standard ops "
+        "they stand for; "
         "dequantize makes a statically quantized (QDQ) source its float equivalent (weights dequantized, "
         "activation Q/DQ pairs dropped)")
     prescale: dict[str, Annotated[float, Field(gt=1)]] = Field(

@@ -13,6 +13,14 @@ graph on CPU like every rewrite:
   is LayerNorm(S) over the last axis * gamma + beta, output 3 (when read) is S;
 - ``SkipSimplifiedLayerNormalization(input, skip, gamma, bias?; epsilon)``: the RMS form,
   S / Sqrt(ReduceMean(S^2) + epsilon) * gamma.
+- ``EmbedLayerNormalization(ids, segment_ids?, word, position, segment?, gamma, beta, mask?, position_ids?;
+  epsilon)``: LayerNorm(word[ids] + position[position_ids or 0..S-1] + segment[segment_ids]) * gamma + beta;
+  its ``mask_index`` output is each row's count of mask ones (int32);
+- ``Attention(input, weights, bias?, mask_index?; num_heads, scale, mask_filter_value)``: Q, K, V = the
+  thirds of input @ weights + bias, per head softmax(Q K^T * scale + mask) V, heads joined again; the mask
+  is ``mask_filter_value`` (-10000) where a key is masked: ``mask_index`` as a raw [B, S] 0/1 mask or as
+  [B] lengths (right padding). ``past``, ``unidirectional``, ``qkv_hidden_sizes``, rotary and the other
+  mask forms are refused here, by name.
 The mean and inverse-std outputs (1 and 2) of the layer norms are training outputs: a graph that reads them
 is refused here, by name.
 """
@@ -26,7 +34,8 @@ import numpy as np
 from .errors import PrepareError
 
 MS = "com.microsoft"
-UNFUSED = ("FastGelu", "QuickGelu", "Gelu", "BiasGelu", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+UNFUSED = ("FastGelu", "QuickGelu", "Gelu", "BiasGelu", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+           "Attention", "EmbedLayerNormalization")
 
 
 class _Writer:
@@ -41,6 +50,14 @@ class _Writer:
         self.k += 1
         name = f"{self.base}_c{self.k}"
         self.m.graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=np.float32), name))
+        return name
+
+    def const_int(self, value: int) -> str:
+        from onnx import numpy_helper
+
+        self.k += 1
+        name = f"{self.base}_i{self.k}"
+        self.m.graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=np.int64), name))
         return name
 
     def op(self, op: str, inputs: list[str], out: str | None = None, **attrs) -> str:
@@ -88,6 +105,10 @@ def unfuse(m, what: str) -> dict[str, int]:
             x = w.op("Add", [ins[0], ins[1]]) if n.op_type == "BiasGelu" else ins[0]
             erf = w.op("Erf", [w.op("Mul", [x, w.const(1 / math.sqrt(2))])])
             w.op("Mul", [w.op("Mul", [x, w.const(0.5)]), w.op("Add", [erf, w.const(1.0)])], n.output[0])
+        elif n.op_type == "EmbedLayerNormalization":
+            _embed_norm(n, w, ins, attrs, read, what)
+        elif n.op_type == "Attention":
+            _attention(n, w, ins, attrs, what)
         else:
             _skip_norm(n, w, ins, attrs, read, what)
         nodes.extend(w.nodes)
@@ -127,3 +148,96 @@ def _skip_norm(n, w: _Writer, ins: list[str], attrs: dict, read: set[str], what:
     sum_out = outs[3]
     if sum_out and sum_out in read:
         w.op("Identity", [s], sum_out)
+
+
+def _layer_norm(w: _Writer, s: str, gamma: str, beta: str, eps: float, out: str) -> None:
+    d = w.op("Sub", [s, w.mean_last(s)])
+    var = w.mean_last(w.op("Mul", [d, d]))
+    normed = w.op("Div", [d, w.op("Sqrt", [w.op("Add", [var, w.const(eps)])])])
+    w.op("Add", [w.op("Mul", [normed, gamma]), beta], out)
+
+
+def _int(w: _Writer, values: list[int], name: str) -> str:
+    from onnx import numpy_helper
+
+    full = f"{w.base}_{name}"
+    w.m.graph.initializer.append(numpy_helper.from_array(np.array(values, dtype=np.int64), full))
+    return full
+
+
+def _embed_norm(n, w: _Writer, ins: list[str], attrs: dict, read: set[str], what: str) -> None:
+    ids, segs, word, pos, seg, gamma, beta = ins[:7]
+    mask, pos_ids = (list(n.input) + ["", "", ""])[7:9]
+    outs = list(n.output) + ["", ""]
+    if outs[2] and outs[2] in read:
+        raise PrepareError(f"{what}: EmbedLayerNormalization '{n.name}' has its embedding_sum output read: "
+                           "not un-fused", hint="export the model without ONNX Runtime's transformer optimizer")
+    eps = attrs["epsilon"].f if "epsilon" in attrs else 1e-12
+    total = w.op("Gather", [word, ids])
+    if not pos_ids:  # positions 0..S-1, S from the ids' shape
+        length = w.op("Gather", [w.op("Shape", [ids]), w.const_int(1)], axis=0)
+        pos_ids = w.op("Unsqueeze", [w.op("Range", [w.const_int(0), length, w.const_int(1)]), _int(w, [0], "ax0")])
+    total = w.op("Add", [total, w.op("Gather", [pos, pos_ids])])
+    if seg and segs:
+        total = w.op("Add", [total, w.op("Gather", [seg, segs])])
+    _layer_norm(w, total, gamma, beta, eps, outs[0])
+    if outs[1] and outs[1] in read:
+        if not mask:
+            raise PrepareError(f"{what}: EmbedLayerNormalization '{n.name}' has no mask but its mask_index is read",
+                               hint="export the model without ONNX Runtime's transformer optimizer")
+        summed = w.op("ReduceSum", [w.op("Cast", [mask], to=7), _int(w, [1], "ax1")], keepdims=0)
+        w.op("Cast", [summed], outs[1], to=6)
+
+
+def _attention(n, w: _Writer, ins: list[str], attrs: dict, what: str) -> None:
+    x, weights, bias, mask = ins[:4]
+    extra = [k for k in ("unidirectional", "qkv_hidden_sizes", "do_rotary", "past_present_share_buffer")
+             if k in attrs and (attrs[k].i if attrs[k].type == 2 else True)]
+    if extra or any(i for i in ins[4:]) or (len(n.output) > 1 and n.output[1]):
+        uses = ", ".join(extra) or "past/present or an attention bias"
+        raise PrepareError(f"{what}: Attention '{n.name}' uses {uses}: not un-fused here",
+                           hint="export the model without ONNX Runtime's transformer optimizer")
+    from onnx import numpy_helper
+
+    heads = attrs["num_heads"].i
+    hidden3 = next((numpy_helper.to_array(i).shape[-1] for i in w.m.graph.initializer if i.name == weights), None)
+    if hidden3 is None or hidden3 % 3 or (hidden3 // 3) % heads:
+        raise PrepareError(f"{what}: Attention '{n.name}': its weights are not a constant [H, 3H] split in {heads} "
+                           "heads", hint="export the model without ONNX Runtime's transformer optimizer")
+    hidden = hidden3 // 3
+    size = hidden // heads
+    scale = attrs["scale"].f if "scale" in attrs and attrs["scale"].f else 1 / math.sqrt(size)
+    qkv = w.op("MatMul", [x, weights])
+    if bias:
+        qkv = w.op("Add", [qkv, bias])
+    split = _int(w, [hidden, hidden, hidden], "split")
+    parts = [f"{w.base}_{p}" for p in "qkv"]
+    from onnx import helper
+
+    w.nodes.append(helper.make_node("Split", [qkv, split], parts, axis=2, name=f"{w.base}_split"))
+    shape = _int(w, [0, 0, heads, size], "heads")
+    q, k, v = (w.op("Transpose", [w.op("Reshape", [p, shape])], perm=[0, 2, 1, 3]) for p in parts)
+    scores = w.op("Mul", [w.op("MatMul", [q, w.op("Transpose", [k], perm=[0, 1, 3, 2])]), w.const(scale)])
+    if mask:
+        scores = w.op("Add", [scores, _mask_bias(n, w, mask, x, attrs, what)])
+    ctx = w.op("MatMul", [w.op("Softmax", [scores], axis=-1), v])
+    w.op("Reshape", [w.op("Transpose", [ctx], perm=[0, 2, 1, 3]), _int(w, [0, 0, hidden], "joined")], n.output[0])
+
+
+def _mask_bias(n, w: _Writer, mask: str, x: str, attrs: dict, what: str) -> str:
+    """[B, 1, 1, S]: 0 where a key is kept, mask_filter_value where it is masked."""
+    fill = attrs["mask_filter_value"].f if "mask_filter_value" in attrs else -10000.0
+    rank = next((len(v.type.tensor_type.shape.dim) for v in list(w.m.graph.input) + list(w.m.graph.value_info)
+                 if v.name == mask), None)
+    if rank == 2:  # a raw 0/1 mask
+        keep = w.op("Cast", [mask], to=1)
+    elif rank == 1 or rank is None:  # lengths: keys 0..len-1 are kept (right padding)
+        length = w.op("Gather", [w.op("Shape", [x]), w.const_int(1)], axis=0)
+        positions = w.op("Range", [w.const_int(0), length, w.const_int(1)])
+        lengths = w.op("Unsqueeze", [w.op("Cast", [mask], to=7), _int(w, [1], "ax1b")])
+        keep = w.op("Cast", [w.op("Less", [positions, lengths])], to=1)
+    else:
+        raise PrepareError(f"{what}: Attention '{n.name}': a {rank}-D mask_index is not un-fused here",
+                           hint="export the model without ONNX Runtime's transformer optimizer")
+    bias = w.op("Mul", [w.op("Sub", [w.const(1.0), keep]), w.const(fill)])
+    return w.op("Unsqueeze", [bias, _int(w, [1, 2], "ax12")])

@@ -211,3 +211,39 @@ def fused_bert_block(path: Path, dim: int = 32, seq: int = 8) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, dim])], inits)
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                         helper.make_opsetid("com.microsoft", 1)]), path)
+
+
+def fused_bert(path: Path, vocab: int = 50, dim: int = 32, heads: int = 4, seq: int = 8) -> Path:
+    """input_ids, attention_mask [1, seq] int32 -> EmbedLayerNormalization (its mask_index feeds Attention) ->
+    Attention -> SkipLayerNormalization -> MatMul -> FastGelu -> MatMul -> SkipLayerNormalization: a BERT
+    layer as ONNX Runtime's transformer optimizer fuses it (com.microsoft ops)."""
+    rng = np.random.default_rng(10)
+
+    def t(name, *shape, scale=0.3, low=None):
+        a = rng.uniform(low, 1.5, shape) if low is not None else rng.standard_normal(shape) * scale
+        return numpy_helper.from_array(a.astype(np.float32), name)
+
+    inits = [t("word", vocab, dim), t("pos", seq, dim), t("g0", dim, low=0.5), t("b0", dim, scale=0.1),
+             t("qkv_w", dim, 3 * dim), t("qkv_b", 3 * dim, scale=0.1), t("o_w", dim, dim), t("g1", dim, low=0.5),
+             t("b1", dim, scale=0.1), t("f1_w", dim, 2 * dim), t("f1_b", 2 * dim, scale=0.1), t("f2_w", 2 * dim, dim),
+             t("g2", dim, low=0.5), t("b2", dim, scale=0.1)]
+    ms = {"domain": "com.microsoft"}
+    nodes = [helper.make_node("EmbedLayerNormalization", ["input_ids", "", "word", "pos", "", "g0", "b0",
+                                                          "attention_mask"], ["emb", "mask_index"], epsilon=1e-12,
+                              name="embed", **ms),
+             helper.make_node("Attention", ["emb", "qkv_w", "qkv_b", "mask_index"], ["att"], num_heads=heads,
+                              name="attention", **ms),
+             helper.make_node("MatMul", ["att", "o_w"], ["att_o"], name="att_out"),
+             helper.make_node("SkipLayerNormalization", ["att_o", "emb", "g1", "b1"], ["h1"], epsilon=1e-12,
+                              name="skip_ln1", **ms),
+             helper.make_node("MatMul", ["h1", "f1_w"], ["f1"], name="ffn1"),
+             helper.make_node("FastGelu", ["f1", "f1_b"], ["gelu"], name="gelu", **ms),
+             helper.make_node("MatMul", ["gelu", "f2_w"], ["f2"], name="ffn2"),
+             helper.make_node("SkipLayerNormalization", ["f2", "h1", "g2", "b2"], ["y"], epsilon=1e-12,
+                              name="skip_ln2", **ms)]
+    graph = helper.make_graph(nodes, "bert", [helper.make_tensor_value_info("input_ids", TensorProto.INT32, [1, seq]),
+                                              helper.make_tensor_value_info("attention_mask", TensorProto.INT32,
+                                                                            [1, seq])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, dim])], inits)
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)]), path)

@@ -480,7 +480,7 @@ def test_a_graph_fused_by_onnx_runtime_is_named_so_and_unfuse_contrib_makes_it_c
     causes = {c["op"]: c for c in report["htp"][0].get("causes", [])}
     assert "unfuse-contrib" in causes["FastGelu"]["fix"], report["htp"]
     (tmp_path / "models").mkdir()
-    g = models.fused_bert_block(tmp_path / "models" / "bert.onnx")
+    g = models.fused_bert(tmp_path / "models" / "bert.onnx")  # a whole layer: embeddings, attention, FFN
     model = path_model(tmp_path, "bert", g, graphs=[{"name": "main", "file": "bert.onnx",
                                                      "fixes": ["unfuse-contrib"]}], chips=["SM8750"])
     r = run_cli("build", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(tmp_path / "dist"),
@@ -490,7 +490,8 @@ def test_a_graph_fused_by_onnx_runtime_is_named_so_and_unfuse_contrib_makes_it_c
     (t,) = report["targets"]
     assert t["status"] == "ok" and t["parity"]["cosine"] > 0.999
     notes = " ".join(n for p in report["prepared"] for n in p["notes"])
-    assert "fix unfuse-contrib: FastGelu x1, SkipLayerNormalization x1 rewritten" in notes
+    assert ("fix unfuse-contrib: EmbedLayerNormalization x1, Attention x1, SkipLayerNormalization x2, FastGelu x1 "
+            "rewritten") in notes
 
 
 def test_quantized_sources_are_named_for_what_they_are():
