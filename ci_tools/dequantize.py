@@ -50,7 +50,7 @@ def dequantize(m) -> tuple[int, int]:
 
     drop, rename, folded, pairs, clips = set(), {}, 0, 0, []
     for n in nodes:
-        if n.op_type != "DequantizeLinear" or n.input[0] not in consts:
+        if n.op_type != "DequantizeLinear" or any(i not in consts for i in n.input if i):
             continue
         q = numpy_helper.to_array(consts[n.input[0]]).astype(np.float64)
         scale = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)

@@ -127,7 +127,7 @@ class Options(_Frozen):
     fp16_overflow_ok: str | None = Field(
         default=None, min_length=10, description="why fp16 may go ahead although the graph's values leave fp16's "
         "range on its own samples (the build refuses it otherwise, naming the node)")
-    slices: dict[str, dict[Name, OutputSlice]] = Field(
+    slices: dict[str, Annotated[dict[Name, OutputSlice], Field(min_length=1)]] = Field(
         default={}, description="output -> named slices judged on their own, for an output that mixes scales: "
         "{output0: {boxes: {stop: 4}, scores: {start: 4}}} (a detector's box pixels and class scores in one tensor)")
     fp16_unknown: Literal["refuse", "try"] = Field(

@@ -95,6 +95,9 @@ class SampleNumbers(_M):
     snr_db: float
     max_abs: float
     passed: bool
+    judged_by: Literal["argmax"] | None = Field(default=None, description="argmax: passed or failed by the share "
+                                                "of positions that pick another class (samples.argmax)")
+    flip_rate: float | None = Field(default=None, description="that share, for an output judged by argmax")
 
 
 class Verification(_M):

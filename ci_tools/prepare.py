@@ -127,7 +127,7 @@ SHAPE_ERROR = re.compile(r"Node \(([^)]*)\) Op \((\w+)\) \[ShapeInferenceError\]
 def _explained(e: Exception, graph: Graph, what: str) -> Exception:
     """ONNX Runtime's shape-inference failure at the graph's fixed input shapes, as a cause and a fix."""
     m = SHAPE_ERROR.search(str(e))
-    if m is None:
+    if m is None or not graph.inputs:  # only where the matrix (or inspect) chose input sizes
         return e
     node = f"node '{m[1]}' ({m[2]})" if m[1] is not None else "a node"
     sizes = ", ".join(f"{k} {v.shape}" for k, v in graph.inputs.items()) or "the model's own input shapes"
@@ -142,6 +142,7 @@ def _rewrite(m, model: Model, graph: Graph, work: Path, what: str, notes: list[s
     """The graph rewrites, in order: (graph, inputs, outputs, the source's parameter count)."""
     source_parameters = _parameters(m)
     _fold_constants(m, graph, what)
+    constants = _constants_to_initializers(m)  # before the fixes, which read constants as initializers
     _apply_fixes(m, graph, notes)
     _fix_shapes(m, graph, what)
     _forget_dynamic_output_shapes(m)
@@ -149,7 +150,7 @@ def _rewrite(m, model: Model, graph: Graph, work: Path, what: str, notes: list[s
     if cast_inputs:
         notes.append(f"int64 inputs now int32 (Cast inside the graph): {', '.join(cast_inputs)}")
     m = _simplify(m, what, notes, work / model.name / graph.name)
-    constants = _constants_to_initializers(m)
+    constants += _constants_to_initializers(m)  # and after onnxsim, which writes folded values as Constant nodes
     if constants:
         notes.append(f"{constants} Constant node(s) now initializers (a quantizer takes a Constant's output for "
                      "an activation: a Resize's scales quantized with a scale of 1e-9 failed to compile, 7004)")

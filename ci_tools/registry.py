@@ -18,6 +18,7 @@ Anything else (5xx, 429, no answer) is refused too: the guard cannot tell, so no
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .errors import PublishError
@@ -60,6 +61,9 @@ def guard_private(registry: str, name: str, repo: str, repo_visibility: str, act
     import requests
 
     ref = f"{registry.split('://', 1)[-1].rstrip('/')}/{name}"
+    if registry.rstrip("/") != "https://ghcr.io" and not os.environ.get("QNN_RELEASE_REGISTRY"):
+        raise PublishError(f"{ref}: the guard knows GHCR's visibility rules only; the workflow token goes to no "
+                           "other registry", hint="release.image: ghcr.io/<owner>/<name>")
     try:
         with requests.Session() as s:
             anonymous = _ask(s, registry, name, None)
@@ -74,7 +78,7 @@ def guard_private(registry: str, name: str, repo: str, repo_visibility: str, act
     if anonymous.status not in (401, 403, 404):
         raise PublishError(f"{ref}: the registry answered {anonymous.status} {anonymous.code} to an anonymous pull: "
                            "it may be public, so nothing is pushed", hint="re-run the job")
-    if mine.status == 404:
+    if mine.status == 404 and mine.code == "NAME_UNKNOWN":
         if repo_visibility != "private":  # public, internal (seen by the whole enterprise), or unknown
             raise PublishError(f"{ref} does not exist yet, and a workflow of the {repo_visibility or 'public'} "
                                f"repository {repo} would create it {repo_visibility or 'public'}, with "

@@ -105,6 +105,10 @@ def unfuse(m, what: str) -> dict[str, int]:
             x = w.op("Add", [ins[0], ins[1]]) if n.op_type == "BiasGelu" else ins[0]
             erf = w.op("Erf", [w.op("Mul", [x, w.const(1 / math.sqrt(2))])])
             w.op("Mul", [w.op("Mul", [x, w.const(0.5)]), w.op("Add", [erf, w.const(1.0)])], n.output[0])
+        elif n.op_type in ("EmbedLayerNormalization", "Attention") and opset < 13:
+            raise PrepareError(f"{what}: {n.op_type} '{n.name}': un-fusing it needs opset 13 or later (the graph "
+                               f"imports opset {opset})", hint="re-export the model at opset 13 or later, or "
+                               "without ONNX Runtime's transformer optimizer")
         elif n.op_type == "EmbedLayerNormalization":
             _embed_norm(n, w, ins, attrs, read, what)
         elif n.op_type == "Attention":
@@ -227,17 +231,27 @@ def _attention(n, w: _Writer, ins: list[str], attrs: dict, what: str) -> None:
 def _mask_bias(n, w: _Writer, mask: str, x: str, attrs: dict, what: str) -> str:
     """[B, 1, 1, S]: 0 where a key is kept, mask_filter_value where it is masked."""
     fill = attrs["mask_filter_value"].f if "mask_filter_value" in attrs else -10000.0
-    rank = next((len(v.type.tensor_type.shape.dim) for v in list(w.m.graph.input) + list(w.m.graph.value_info)
-                 if v.name == mask), None)
+    import onnx
+
+    try:  # the mask's rank tells a raw [B, S] mask from [B] lengths
+        typed = onnx.shape_inference.infer_shapes(w.m).graph
+    except Exception:
+        typed = w.m.graph
+    rank = next((len(v.type.tensor_type.shape.dim) for v in list(typed.input) + list(typed.value_info)
+                 if v.name == mask and v.type.tensor_type.HasField("shape")), None)
+    if rank is None and mask in {o for n in w.m.graph.node if n.op_type == "EmbedLayerNormalization"
+                                 for o in n.output[1:2]}:
+        rank = 1  # EmbedLayerNormalization's mask_index: a length per row
     if rank == 2:  # a raw 0/1 mask
         keep = w.op("Cast", [mask], to=1)
-    elif rank == 1 or rank is None:  # lengths: keys 0..len-1 are kept (right padding)
+    elif rank == 1:  # lengths: keys 0..len-1 are kept (right padding)
         length = w.op("Gather", [w.op("Shape", [x]), w.const_int(1)], axis=0)
         positions = w.op("Range", [w.const_int(0), length, w.const_int(1)])
         lengths = w.op("Unsqueeze", [w.op("Cast", [mask], to=7), _int(w, [1], "ax1b")])
         keep = w.op("Cast", [w.op("Less", [positions, lengths])], to=1)
     else:
-        raise PrepareError(f"{what}: Attention '{n.name}': a {rank}-D mask_index is not un-fused here",
+        raise PrepareError(f"{what}: Attention '{n.name}': a mask_index of {rank or 'unknown'} dimensions is not "
+                           "un-fused here",
                            hint="export the model without ONNX Runtime's transformer optimizer")
     bias = w.op("Mul", [w.op("Sub", [w.const(1.0), keep]), w.const(fill)])
     return w.op("Unsqueeze", [bias, _int(w, [1, 2], "ax12")])

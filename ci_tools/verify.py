@@ -189,7 +189,11 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
     # numbers unless every output is one number, where the overall cosine is 1 - the worst relative error
     for name, limit in (argmax or {}).items():
         if name in per_output:
-            _judge_argmax(per_output[name], output_names.index(name), reference, compiled, names, limit)
+            rates = _judge_argmax(per_output[name], output_names.index(name), reference, compiled, names, limit)
+            for d in per_sample:  # an output judged by the class it picks passes or fails by that, per sample
+                if d["output"] == name:
+                    d.update(judged_by="argmax", flip_rate=round(rates[d["sample"]], 4),
+                             passed=rates[d["sample"]] <= limit)
     vectors = [d for d in per_output.values() if "relative_error" not in d] or [
         {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
     return _conclude(target_id, per_output, vectors, thresholds, precision, inputs_note, emulator_seconds,
@@ -213,11 +217,12 @@ def _conclude(target_id: str, per_output: dict[str, dict], vectors: list[dict], 
                         passed_by="max_abs" if "max_abs" in by else "argmax" if "argmax" in by else "cosine")
 
 
-def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit: float) -> None:
+def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit: float) -> dict[str, float]:
     """An output an app reads by its argmax (a CTC recognizer's classes per time step, a classifier):
     judged by how many positions pick another class than CPU, not by its probabilities' values."""
     flips = positions = 0
     worst = (0.0, None)
+    per_sample_rate: dict[str, float] = {}
     broken = []  # NaN or HTP garbage in any sample: never passed on the class picked
     for sample, r, g in zip(names, reference, compiled):
         a, b = np.asarray(r[k]), np.asarray(g[k])
@@ -232,6 +237,7 @@ def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit:
         differ = a.reshape(-1, a.shape[-1]).argmax(-1) != b.reshape(-1, b.shape[-1]).argmax(-1)
         flips, positions = flips + int(differ.sum()), positions + differ.size
         worst = max(worst, (float(differ.mean()), sample), key=lambda x: x[0])
+        per_sample_rate[sample] = float(differ.mean())
     d.update(argmax_flips=flips, argmax_positions=positions)
     kept = sorted(set(broken), key=broken.index)
     if flips > limit * positions:
@@ -241,6 +247,7 @@ def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit:
     d["failures"] = kept
     if not kept:
         d["passed_by"] = "argmax"
+    return per_sample_rate
 
 
 def _fp16_garbage(got: np.ndarray) -> str | None:

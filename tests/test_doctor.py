@@ -93,7 +93,7 @@ def test_a_dynamically_quantized_graph_is_named_as_such_without_verbose(repo, tm
     assert r.returncode == 8
     t = _report(out)["targets"][0]
     assert "DynamicQuantizeLinear x1 (dql)" in t["error"] and "MatMulInteger x1 (mmi)" in t["error"]
-    assert "start from the float model" in t["error"] and "use precision w8a16 or int8" in t["error"]
+    assert "start from the float model" in t["error"] and "fixes: [dequantize]" in t["error"]
     assert t["diagnosis"]["ops"] == {"DynamicQuantizeLinear": 1, "MatMulInteger": 1}
     # quiet by default: the QNN library's banner and the EP's log lines are not on the terminal
     assert "LIBNATIVE" not in r.stdout + r.stderr and "[E:onnxruntime" not in r.stdout + r.stderr

@@ -138,6 +138,8 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     # "re-run failed jobs": the chip job runs again and replaces its artifacts; the release completes
     assert runner.job(export, "compile", second), "\n".join(runner.log[-3:])
     assert runner.job(release, "package"), "\n".join(runner.log[-3:])
+    # every asset gets a build-provenance attestation before it is published (a job of its own)
+    assert runner.job(release, "attest"), "\n".join(runner.log[-3:])
     assert runner.job(release, "publish"), "\n".join(runner.log[-3:])
     (rel,) = gh.releases(OWNER_REPO, "v1.0.0")
     assert rel["draft"] is False and not rel.get("prerelease")
@@ -145,9 +147,7 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     names = set(gh.asset_names(rel["id"]))
     assert {a["name"] for a in manifest["assets"]} | {"manifest.json", "SHA256SUMS"} <= names
     assert {a["soc"] for a in manifest["assets"] if a["kind"] == "model"} == {"SM8750", "SM8550"}
-    # every published asset gets a build-provenance attestation, after publish, in a job of its own
-    assert runner.job(release, "attest"), "\n".join(runner.log[-3:])
-    assert set(runner.attested) == names
+    assert set(runner.attested) == names  # every published asset was attested
     for f in runner.artifacts["qnn-release-assets"].iterdir():
         assert runner.attested[f.name] == hashlib.sha256(f.read_bytes()).hexdigest()
     pinned = runner.context["needs.image.outputs.pinned"]
@@ -344,7 +344,17 @@ def test_the_sdk_image_is_never_pushed_where_it_would_be_public(tmp_path):
         st.fail = True
         r = guard("private")
         assert r.returncode == 10 and "503" in r.stderr and "nothing is pushed" in r.stderr
-        assert any(a.startswith("Basic ") for a in st.seen_authorization)  # the token went only to the registry
+        assert "" in st.seen_authorization  # the public check asked without credentials
+    with FakeRegistry() as reg:  # the workflow token goes to GHCR only: another registry is refused unasked
+        env = {**os.environ, "GITHUB_TOKEN": "ghs_secret", "GITHUB_ACTOR": "a", "REPO_VISIBILITY": "private"}
+        env.pop("QNN_RELEASE_REGISTRY", None)
+        elsewhere = _repo(tmp_path / "other")
+        data = yaml.safe_load((elsewhere / "matrix" / "models.yaml").read_text())
+        data.setdefault("release", {})["image"] = "registry.example.org/acme/qnn-sdk"
+        (elsewhere / "matrix" / "models.yaml").write_text(yaml.safe_dump(data))
+        r = run_cli("image", "--matrix", str(elsewhere / "matrix" / "models.yaml"), "--owner", "acme",
+                    "--guard-private", env=env)
+        assert r.returncode in (2, 10) and "ghs_secret" not in r.stdout + r.stderr, r.stderr
 
 
 def test_the_image_job_guards_before_and_after_it_pushes():

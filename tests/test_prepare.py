@@ -113,5 +113,5 @@ def test_demo_vad_prepares_against_the_published_graph(cache_dir):
     simplified = [n for n in p.notes if n.startswith("onnxsim: ")]
     assert simplified, p.notes
     before, after = map(int, re.findall(r"(\d+) -> (\d+) nodes", simplified[0])[0])
-    moved = [int(n.split()[0]) for n in p.notes if "Constant node(s) now initializers" in n]  # after onnxsim
-    assert after <= before and after - sum(moved) == len(__import__("onnx").load(str(p.path)).graph.node)
+    nodes = __import__("onnx").load(str(p.path)).graph.node
+    assert after <= before and len(nodes) <= after and not [n for n in nodes if n.op_type == "Constant"]

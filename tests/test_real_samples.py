@@ -434,3 +434,16 @@ def test_the_range_check_watches_what_shape_inference_cannot_type(tmp_path):
     assert [(f.node, f.kind, f.sample) for f in found] == [("square", "overflow", "loud.npz"),
                                                            ("mean", "overflow", "loud.npz")]
     assert found[0].path == ["square", "mean", "output 'y'"]
+
+
+def test_every_samples_numbers_agree_with_the_verdict_of_an_argmax_output():
+    """An output judged by the class it picks: its per-sample record passes or fails by that, not by cosine."""
+    from ci_tools.verify import check
+
+    ref = [[np.array([[[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]], np.float32)] for _ in range(2)]
+    got = [[np.array([[[0.4, 0.6], [0.6, 0.4], [0.45, 0.55]]], np.float32)] for _ in range(2)]  # same classes
+    v = check("rec", ["probs"], ref, got, Thresholds(min_cosine=0.999), 0.1, sample_names=["a.png", "b.png"],
+              argmax={"probs": 0.05})
+    assert v.passed_by == "argmax"
+    assert [(d["sample"], d["passed"], d["judged_by"], d["flip_rate"]) for d in v.per_sample] == [
+        ("a.png", True, "argmax", 0.0), ("b.png", True, "argmax", 0.0)]
