@@ -18,6 +18,19 @@ RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype
           np.dtype(np.uint16): (0, 65535)}
 
 
+def _reads(nodes) -> set[str]:
+    """Every value the nodes read, their subgraphs' reads of outer values (If/Loop/Scan bodies) included."""
+    from onnx import AttributeProto
+
+    out = set()
+    for n in nodes:
+        out.update(i for i in n.input if i)
+        for a in n.attribute:
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                out |= _reads(g.node)
+    return out
+
+
 def _saturation(consts: dict, q) -> tuple[float, float] | None:
     """The float range a per-tensor QuantizeLinear -> DequantizeLinear pair passes: [(qmin - zp) * s,
     (qmax - zp) * s]; None for a pair this rewrite leaves (per-axis, or scales computed at run time)."""
@@ -100,7 +113,7 @@ def dequantize(m) -> tuple[int, int]:
             kept.append(helper.make_node("Identity", [rename[o.name]], [o.name], name=f"{o.name}_float"))
     del m.graph.node[:]
     m.graph.node.extend(kept)
-    used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
+    used = _reads(m.graph.node) | {o.name for o in m.graph.output}
     keep = [i for i in m.graph.initializer if i.name in used]
     del m.graph.initializer[:]
     m.graph.initializer.extend(keep)
@@ -150,14 +163,14 @@ def dequantize_dynamic(m) -> int:
         kept = [swap.get(id(n), n) for n in nodes]
         graph_outputs = {o.name for o in m.graph.output}
         while True:  # what only fed the rewritten nodes (DynamicQuantizeLinear, the scale Muls) goes
-            read = {i for n in kept for i in n.input} | graph_outputs
+            read = _reads(kept) | graph_outputs
             alive = [n for n in kept if any(o in read for o in n.output)]
             if len(alive) == len(kept):
                 break
             kept = alive
         del m.graph.node[:]
         m.graph.node.extend(kept)
-        read = {i for n in kept for i in n.input} | graph_outputs
+        read = _reads(kept) | graph_outputs
         keep = [i for i in m.graph.initializer if i.name in read]
         del m.graph.initializer[:]
         m.graph.initializer.extend(keep)

@@ -289,3 +289,30 @@ def test_a_dynamically_quantized_source_becomes_float_again_with_fixes_dequantiz
     a = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, x)[0]
     b = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"]).run(None, x)[0]
     assert np.allclose(a, b, atol=0.05 * np.abs(a).max())
+
+
+def test_dequantize_keeps_what_a_subgraph_reads_from_outside():
+    """A weight or a node output read only inside an If branch is still read: neither is pruned."""
+    from onnx import TensorProto, helper
+
+    from ci_tools.dequantize import dequantize
+
+    w = numpy_helper.from_array(np.full((2,), 3, np.int8), "wq")
+    s = numpy_helper.from_array(np.array(0.5, np.float32), "ws")
+    z = numpy_helper.from_array(np.array(0, np.int8), "wz")
+    seen = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "only_in_branch")
+    branch = helper.make_graph([helper.make_node("Add", ["w", "only_in_branch"], ["b"])], "then", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Identity", ["w"], ["c"])], "else", [],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                                            [w, s, z, seen]), opset_imports=[helper.make_opsetid("", 17)])
+    assert dequantize(m) == (1, 0)
+    names = {i.name for i in m.graph.initializer}
+    assert {"w", "only_in_branch"} <= names and "wq" not in names
+    out = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"cond": np.array(True)})[0]
+    assert out.tolist() == [2.5, 3.5]
