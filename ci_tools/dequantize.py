@@ -31,6 +31,26 @@ def _reads(nodes) -> set[str]:
     return out
 
 
+def _index(m) -> tuple[dict, list, dict, dict[str, list]]:
+    """(initializers by name, nodes, the node making each value, the nodes reading each value)."""
+    nodes = list(m.graph.node)
+    users: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+    return {i.name: i for i in m.graph.initializer}, nodes, {o: n for n in nodes for o in n.output}, users
+
+
+def _set_nodes(m, nodes: list) -> None:
+    """The graph's nodes become ``nodes``; initializers nothing reads any more go (subgraph reads count)."""
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    read = _reads(nodes) | {o.name for o in m.graph.output}
+    keep = [i for i in m.graph.initializer if i.name in read]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+
+
 def _saturation(consts: dict, q) -> tuple[float, float] | None:
     """The float range a per-tensor QuantizeLinear -> DequantizeLinear pair passes: [(qmin - zp) * s,
     (qmax - zp) * s]; None for a pair this rewrite leaves (per-axis, or scales computed at run time)."""
@@ -50,17 +70,9 @@ def _saturation(consts: dict, q) -> tuple[float, float] | None:
 def dequantize(m) -> tuple[int, int]:
     """Fold every constant DequantizeLinear into a float initializer and drop every activation Q -> DQ
     pair; (weights folded, pairs dropped). A DQ of a graph input (an integer input) is kept."""
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
-    consts = {i.name: i for i in m.graph.initializer}
-    nodes = list(m.graph.node)
-    made = {o: n for n in nodes for o in n.output}
-    consumers: dict[str, list] = {}
-    for n in nodes:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    from onnx import helper
-
+    consts, nodes, made, consumers = _index(m)
     drop, rename, folded, pairs, clips = set(), {}, 0, 0, []
     for n in nodes:
         if n.op_type != "DequantizeLinear" or any(i not in consts for i in n.input if i):
@@ -111,12 +123,7 @@ def dequantize(m) -> tuple[int, int]:
     for o in m.graph.output:
         if o.name in rename:  # a graph output made by a dropped DQ: keep its name with an Identity
             kept.append(helper.make_node("Identity", [rename[o.name]], [o.name], name=f"{o.name}_float"))
-    del m.graph.node[:]
-    m.graph.node.extend(kept)
-    used = _reads(m.graph.node) | {o.name for o in m.graph.output}
-    keep = [i for i in m.graph.initializer if i.name in used]
-    del m.graph.initializer[:]
-    m.graph.initializer.extend(keep)
+    _set_nodes(m, kept)
     return folded, pairs
 
 
@@ -127,13 +134,7 @@ def dequantize_dynamic(m) -> int:
     Identity; what is left unused goes. The MatMuls rewritten."""
     from onnx import helper, numpy_helper
 
-    consts = {i.name: i for i in m.graph.initializer}
-    nodes = list(m.graph.node)
-    made = {o: n for n in nodes for o in n.output}
-    users: dict[str, list] = {}
-    for n in nodes:
-        for i in n.input:
-            users.setdefault(i, []).append(n)
+    consts, nodes, made, users = _index(m)
     swap, done = {}, 0
     for n in nodes:
         dql = made.get(n.input[0]) if n.op_type == "MatMulInteger" else None
@@ -168,10 +169,5 @@ def dequantize_dynamic(m) -> int:
             if len(alive) == len(kept):
                 break
             kept = alive
-        del m.graph.node[:]
-        m.graph.node.extend(kept)
-        read = _reads(kept) | graph_outputs
-        keep = [i for i in m.graph.initializer if i.name in read]
-        del m.graph.initializer[:]
-        m.graph.initializer.extend(keep)
+        _set_nodes(m, kept)
     return done
