@@ -139,26 +139,20 @@ def _skip_norm(n, w: _Writer, ins: list[str], attrs: dict, read: set[str], what:
     s = w.op("Add", [ins[0], ins[1]])
     if bias:
         s = w.op("Add", [s, bias])
-    if not simplified:
-        d = w.op("Sub", [s, w.mean_last(s)])
-    else:
-        d = s
-    var = w.mean_last(w.op("Mul", [d, d]))
-    normed = w.op("Div", [d, w.op("Sqrt", [w.op("Add", [var, w.const(eps)])])])
-    beta = "" if simplified else ins[3]
-    scaled = w.op("Mul", [normed, ins[2]], None if beta else outs[0])
-    if beta:
-        w.op("Add", [scaled, beta], outs[0])
+    _layer_norm(w, s, ins[2], "" if simplified else ins[3], eps, outs[0], centred=not simplified)
     sum_out = outs[3]
     if sum_out and sum_out in read:
         w.op("Identity", [s], sum_out)
 
 
-def _layer_norm(w: _Writer, s: str, gamma: str, beta: str, eps: float, out: str) -> None:
-    d = w.op("Sub", [s, w.mean_last(s)])
+def _layer_norm(w: _Writer, s: str, gamma: str, beta: str, eps: float, out: str, centred: bool = True) -> None:
+    """LayerNorm over the last axis (``centred``; else the RMS form) * gamma (+ beta when given), into ``out``."""
+    d = w.op("Sub", [s, w.mean_last(s)]) if centred else s
     var = w.mean_last(w.op("Mul", [d, d]))
     normed = w.op("Div", [d, w.op("Sqrt", [w.op("Add", [var, w.const(eps)])])])
-    w.op("Add", [w.op("Mul", [normed, gamma]), beta], out)
+    scaled = w.op("Mul", [normed, gamma], None if beta else out)
+    if beta:
+        w.op("Add", [scaled, beta], out)
 
 
 def _int(w: _Writer, values: list[int], name: str) -> str:

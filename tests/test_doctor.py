@@ -511,3 +511,26 @@ def test_quantized_sources_are_named_for_what_they_are():
     assert [k["kind"] for k in source_kind(graph(("QuantizeLinear", None), ("DequantizeLinear", None)))] == [
         "statically quantized (QDQ)"]
     assert source_kind(graph(("Relu", None))) == [] and isinstance(onnx.ModelProto(), onnx.ModelProto)
+
+
+def test_unfused_layer_norms_agree_with_onnx_runtime_on_cpu(tmp_path):
+    """SkipLayerNormalization with a bias and without beta, and its RMS form, against ONNX Runtime's kernels."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ci_tools.unfuse import unfuse
+
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "bias")]
+    ms = {"domain": "com.microsoft", "epsilon": 1e-5}
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "", "bias"], ["a"], **ms),
+             helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma", "bias"], ["b"], **ms)]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 16]) for n in ("x", "skip", "a", "b")]
+    m = helper.make_model(helper.make_graph(nodes, "ln", io[:2], io[2:], inits),
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    feed = {n: (rng.standard_normal((1, 4, 16)) * 3).astype(np.float32) for n in ("x", "skip")}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    assert unfuse(m, "ln") == {"SkipLayerNormalization": 1, "SkipSimplifiedLayerNormalization": 1}
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    assert all(np.allclose(a, b, atol=1e-4) for a, b in zip(want, got))
