@@ -313,12 +313,11 @@ def _integer_pow_to_mul(m) -> int:
     (n=1) where Mul(-0, -0) = +0 (measured on v73-v81, QNN 2.51: shared/audits/vad-htp-root-cause.md);
     any square of a value that can round to -0 (a variance, an STFT magnitude) is exposed.
     """
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
-    for n in m.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    from .prescale import constants
+
+    consts = constants(m)
     nodes, changed = [], 0
     for n in m.graph.node:
         e = consts.get(n.input[1]) if n.op_type == "Pow" and len(n.input) == 2 else None

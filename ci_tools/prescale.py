@@ -31,7 +31,8 @@ class Norm:
     nodes: frozenset[str]  # the norm's node names, for the range check's offer
 
 
-def _consts(m) -> dict[str, np.ndarray]:
+def constants(m) -> dict[str, np.ndarray]:
+    """Every constant value of the main graph by name: initializers and `Constant` nodes' tensors."""
     from onnx import numpy_helper
 
     consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
@@ -45,7 +46,7 @@ def find_norms(m) -> list[Norm]:
     """Every decomposed LayerNorm/RMSNorm of the graph: mean of squares (of x, or of x minus its mean), plus
     a constant epsilon, square root, then x (or the centred x) divided by it or times its reciprocal."""
     nodes = list(m.graph.node)
-    consts = _consts(m)
+    consts = constants(m)
     made = {o: (i, n) for i, n in enumerate(nodes) for o in n.output}
     norms = []
     for n in nodes:
@@ -117,7 +118,7 @@ def apply(m, scales: dict[str, float], what: str) -> list[str]:
     for norm in find_norms(m):
         norms.setdefault(norm.x, []).append(norm)
     nodes = list(m.graph.node)
-    consts = _consts(m)
+    consts = constants(m)
     notes, added = [], []
     for x, k in scales.items():
         if x not in norms:
