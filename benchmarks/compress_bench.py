@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ci_tools.archive import external_compressor, make_tar_bz2
+from ci_tools.release.archive import external_compressor, make_tar_bz2
 
 
 def payload(folder: Path, mb: int, source: Path | None) -> list[Path]:

@@ -4,8 +4,9 @@ The public Python API (imported lazily, so the CLI starts fast)::
 
     from ci_tools import load_catalog, load_matrix, fetch_model
 
-and one module per stage: ``ci_tools.plan.plan``, ``ci_tools.build.build``,
-``ci_tools.package.package``, ``ci_tools.publish.publish``.
+and one package per stage, in the order data flows (README: "How the code is laid out"):
+``ci_tools.matrix.plan.make_plan``, ``ci_tools.build.orchestrate.build``,
+``ci_tools.release.package.package``, ``ci_tools.release.publish.publish``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import importlib
 __version__ = "0.1.0"
 
 _API = {
-    "load_catalog": "ci_tools.socs",
-    "load_matrix": "ci_tools.matrix",
-    "fetch_model": "ci_tools.fetch",
+    "load_catalog": "ci_tools.catalog.socs",
+    "load_matrix": "ci_tools.matrix.schema",
+    "fetch_model": "ci_tools.release.fetch",
 }
 
 __all__ = ["__version__", *_API]

@@ -56,7 +56,7 @@ def write_matrix(repo: Path, models: list[dict]) -> Path:
 
 
 def path_model(repo: Path, name: str, onnx_file: Path, graphs: list[dict] | None = None, **extra) -> dict:
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     rel = onnx_file.relative_to(repo)
     return {"name": name, "description": f"test model {name}", "license": "MIT",

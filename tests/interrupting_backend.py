@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from ci_tools.backends.ort import OrtBackend
+from ci_tools.compile.backends.ort import OrtBackend
 from ci_tools.errors import CompileError
 
 

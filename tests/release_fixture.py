@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from ci_tools.archive import make_tar_bz2
-from ci_tools.sources import sha256_file
+from ci_tools.release.archive import make_tar_bz2
+from ci_tools.sources.store import sha256_file
 
 SDK = "2.51.0.260929181845"
 

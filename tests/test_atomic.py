@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from ci_tools import backends
-from ci_tools.build import build
-from ci_tools.matrix import load_matrix
+from ci_tools.build.orchestrate import build
+from ci_tools.compile import backends
+from ci_tools.matrix.schema import load_matrix
 from tests import models
 from tests.conftest import path_model, write_matrix
 
@@ -81,7 +81,7 @@ def test_finished_files_and_folders_get_the_umask_modes_not_tempfiles(tmp_path):
     import tempfile
     from pathlib import Path
 
-    from ci_tools.report import replace_dir, write_json
+    from ci_tools.util.files import replace_dir, write_json
 
     old = os.umask(0o022)
     try:

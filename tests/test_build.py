@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ci_tools import qnn_ep
+from ci_tools.compile import qnn_ep
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 

@@ -1,6 +1,6 @@
 """The clients without Python: qnn-fetch.sh under dash and busybox sh, and the Java resolver (javac + java).
 
-Both must answer like the Python resolver (``ci_tools.socs``) on every chip spelling of the catalog
+Both must answer like the Python resolver (``ci_tools.catalog.socs``) on every chip spelling of the catalog
 and like ``qnn-release fetch`` on every manifest case; qnn-fetch.sh runs against the fake GitHub.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from ci_tools.archive import make_tar_bz2
-from ci_tools.clients import FETCH_SH, JAVA, MARKER, norm, render_clients, spelling_table
+from ci_tools.catalog.socs import load_catalog
 from ci_tools.errors import QnnReleaseError
-from ci_tools.fetch import fetch_model
-from ci_tools.manifest import validate_manifest
-from ci_tools.publish import publish
-from ci_tools.socs import load_catalog
-from ci_tools.sources import sha256_file
+from ci_tools.release.archive import make_tar_bz2
+from ci_tools.release.clients import FETCH_SH, JAVA, MARKER, norm, render_clients, spelling_table
+from ci_tools.release.fetch import fetch_model
+from ci_tools.release.manifest import validate_manifest
+from ci_tools.release.publish import publish
+from ci_tools.sources.store import sha256_file
 from tests.conftest import REPO
 from tests.fake_github import FakeGitHub
 
@@ -136,7 +136,7 @@ socs:
 
 def test_a_new_catalog_regenerates_clients_that_agree(tmp_path):
     """The tables come from whatever catalog is loaded: a chip added to it is known to both clients."""
-    from ci_tools.clients import render_java
+    from ci_tools.release.clients import render_java
 
     path = tmp_path / "socs.yaml"
     path.write_text(BIG_CATALOG)
@@ -150,7 +150,7 @@ def test_a_new_catalog_regenerates_clients_that_agree(tmp_path):
     assert "SM7675" in expected and "QCS6490" in expected
     assert _java_chips(classes, spellings) == expected
     script = tmp_path / "qnn-fetch.sh"
-    from ci_tools.clients import render_fetch_sh
+    from ci_tools.release.clients import render_fetch_sh
 
     script.write_text(render_fetch_sh(cat))
     for sh in _shells():

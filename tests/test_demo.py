@@ -54,7 +54,7 @@ def test_published_vad_with_sample_rate_switch_is_prepared_and_compiled(tmp_path
     """silero_vad_16k_op15.onnx: `sr` folded to a constant, its `If` branches folded, then onnxsim."""
     import shutil
 
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
     from tests.conftest import REPO, write_matrix
 
     clip = Path(shutil.copy(REPO / "clips" / "whisper" / "lights.wav", tmp_path / "lights.wav"))

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from ci_tools.matrix import Thresholds
-from ci_tools.verify import check
+from ci_tools.compile.verify import check
+from ci_tools.matrix.schema import Thresholds
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 
@@ -178,8 +178,8 @@ def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees(
 def test_each_threshold_at_its_boundary_per_precision():
     rng = np.random.default_rng(1)
     x = rng.standard_normal(1000)
-    from ci_tools.matrix import Options
-    from ci_tools.verify import thresholds_for
+    from ci_tools.compile.verify import thresholds_for
+    from ci_tools.matrix.schema import Options
 
     defaults = [thresholds_for(Options(), p) for p in ("fp16", "w8a16", "int8")]  # what builds use
     for th in (*defaults, Thresholds(min_snr_db=30.0), Thresholds(min_cosine=0.9, min_snr_db=25.0)):  # SNR binding
@@ -217,7 +217,7 @@ def test_failure_hints_fit_the_precision(precision, words):
 
 
 def test_input_ranges_shape_the_generated_inputs(repo, tmp_path):
-    from ci_tools.prepare import TensorInfo, generate_inputs, generated_inputs_note
+    from ci_tools.prepare.graph import TensorInfo, generate_inputs, generated_inputs_note
 
     feeds = generate_inputs([TensorInfo("pcm", [1, 400], "float32"), TensorInfo("ids", [1, 4], "int32")], 3, 0,
                             ranges={"pcm": [-32768, 32767]})
@@ -281,9 +281,9 @@ def test_inspect_names_the_input_that_decides_an_if(repo):
 def test_the_prepare_parity_check_and_its_per_model_threshold(repo, tmp_path, monkeypatch):
     """prepare compares the prepared graph with the original on CPU (both at BASIC level); a preparation
     that changed the maths fails, unless the model's prepare_min_cosine allows the difference."""
-    from ci_tools import prepare as prep_mod
     from ci_tools.errors import PrepareError
-    from ci_tools.matrix import load_matrix
+    from ci_tools.matrix.schema import load_matrix
+    from ci_tools.prepare import graph as prep_mod
 
     f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
     real = prep_mod._simplify
@@ -346,7 +346,7 @@ def test_release_notes_say_plainly_when_there_are_no_runtime_libraries(repo, tmp
 
 
 def _flow(nodes, inputs, inits=()):
-    from ci_tools.inspection import _dims, control_flow, suggest_graph
+    from ci_tools.compile.inspection import _dims, control_flow, suggest_graph
 
     g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           list(inits))
@@ -399,7 +399,7 @@ def test_inspect_finds_lengths_a_strided_detector_takes_and_the_entry_pastes_int
     """A detector with dynamic H and W: 16 does not line up (two 1x1 maps meet a 2x2 one), so inspect tries the
     next lengths and suggests 32, says why, and never exits 70; its source and entry paste into a matrix that
     `plan` accepts. `--input` gives a shape as is; a misspelt input is one line (exit 2)."""
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     f = models.strided_detector(tmp_path / "det.onnx")
     r = run_cli("inspect", str(f), "--soc", "SM8750", "--json", cwd=tmp_path)
@@ -430,7 +430,7 @@ def test_a_file_of_an_installed_wheel_is_suggested_as_a_pip_source_with_its_memb
 
     import onnx
 
-    from ci_tools.inspection import suggest_source
+    from ci_tools.compile.inspection import suggest_source
 
     source, member = suggest_source(Path(onnx.__file__))
     assert source["kind"] == "pip" and source["package"] == f"onnx=={metadata.version('onnx')}"
@@ -442,10 +442,10 @@ def test_each_precision_family_gets_its_own_trial(tmp_path, monkeypatch):
     """HTP takes different ops in float and in quantized graphs: a rejection found by the fp16 trial fails the
     fp16 targets only; a w8a16 target is tried on its own QDQ graph (and compiles here)."""
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools.backends.ort import OrtBackend
-    from ci_tools.build import build
-    from ci_tools.doctor import Diagnosis
-    from ci_tools.matrix import load_matrix
+    from ci_tools.build.orchestrate import build
+    from ci_tools.compile.backends.ort import OrtBackend
+    from ci_tools.compile.doctor import Diagnosis
+    from ci_tools.matrix.schema import load_matrix
 
     tried = []
 
@@ -498,7 +498,7 @@ def test_quantized_sources_are_named_for_what_they_are():
     import onnx
     from onnx import TensorProto, helper
 
-    from ci_tools.doctor import source_kind
+    from ci_tools.compile.doctor import source_kind
 
     def graph(*ops):
         nodes = [helper.make_node(op, ["x"], [f"y{k}"], **({"domain": d} if d else {})) for k, (op, d) in
@@ -518,7 +518,7 @@ def test_unfused_layer_norms_agree_with_onnx_runtime_on_cpu(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from ci_tools.unfuse import unfuse
+    from ci_tools.prepare.unfuse import unfuse
 
     rng = np.random.default_rng(11)
     inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), "gamma"),

@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ci_tools.errors import CompileError, PublishError
-from ci_tools.matrix import load_matrix
-from ci_tools.prepare import prepare, run_cpu
-from ci_tools.publish import publish
-from ci_tools.sources import SourceStore
+from ci_tools.matrix.schema import load_matrix
+from ci_tools.prepare.graph import prepare, run_cpu
+from ci_tools.release.publish import publish
+from ci_tools.sources.store import SourceStore
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fake_github import FakeGitHub
@@ -37,9 +37,9 @@ def _prepared(tmp_path, onnx_file, name="m", **extra):
 def test_ort_refuses_a_binary_compiled_for_another_chip_than_asked(tmp_path, monkeypatch):
     """backends/ort.py reads ep_compatibility_info back: a binary for another arch / soc_model is an error."""
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools import qnn_ep
-    from ci_tools.backends import CompileJob
-    from ci_tools.backends.ort import OrtBackend
+    from ci_tools.compile import qnn_ep
+    from ci_tools.compile.backends import CompileJob
+    from ci_tools.compile.backends.ort import OrtBackend
 
     (tmp_path / "models").mkdir()
     loaded, model, prep = _prepared(tmp_path, models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False))
@@ -154,7 +154,7 @@ def test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition(tmp_path):
     pytest.importorskip("onnxruntime_qnn")
     from pathlib import Path
 
-    from ci_tools import qnn_ep
+    from ci_tools.compile import qnn_ep
 
     f = models.mlp(tmp_path / "erf.onnx", dynamic_batch=False, op="Erf")
     with pytest.raises(CompileError, match="fallback to CPU EP has been explicitly disabled"):
@@ -164,8 +164,8 @@ def test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition(tmp_path):
 
 def test_the_target_key_changes_with_the_chip(tmp_path):
     """Each chip's binary is cached under its own key: a build for one chip never serves another."""
-    from ci_tools.build import target_key
-    from ci_tools.plan import plan
+    from ci_tools.build.orchestrate import target_key
+    from ci_tools.matrix.plan import plan
 
     (tmp_path / "models").mkdir()
     loaded, _, prep = _prepared(tmp_path, models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False),
@@ -186,7 +186,7 @@ def test_each_extraction_check_refuses_on_its_own(tmp_path, members, refusal, mo
     import tarfile
 
     from ci_tools.errors import PackageError
-    from ci_tools.extract import check_archive
+    from ci_tools.release.extract import check_archive
 
     monkeypatch.delattr(tarfile, "data_filter", raising=False)  # no stdlib filter behind our checks
     path = tmp_path / "top.tar"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd
 
-from ci_tools.hf_mirror import mirror
+from ci_tools.release.hf_mirror import mirror
 from tests.conftest import run_cli
 from tests.fake_github import FakeGitHub
 from tests.fake_hf import FakeHub

@@ -1,18 +1,18 @@
-"""HTP's special values, probed on the emulator: the table in ci_tools/htp_quirks.py is what the hints and
+"""HTP's special values, probed on the emulator: the table in ci_tools/compile/htp_quirks.py is what the hints and
 prepare's rewrites rest on, so a QNN release that changes one of them must fail here, naming the probe."""
 
 from __future__ import annotations
 
 import pytest
 
-from ci_tools.htp_quirks import PROBES, run_probe, same
+from ci_tools.compile.htp_quirks import PROBES, run_probe, same
 
 pytest.importorskip("onnxruntime_qnn")
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=[p.name for p in PROBES])
 def test_htp_gives_what_the_table_says(probe):
-    from ci_tools import qnn_ep
+    from ci_tools.compile import qnn_ep
 
     got = run_probe(probe, soc_model=69, htp_arch=79)  # SM8750
     assert same(got, probe.htp), (f"{probe.describe()}: QNN {qnn_ep.qnn_version()} gives {got!r} (seen on "
@@ -22,8 +22,8 @@ def test_htp_gives_what_the_table_says(probe):
 LIBFFI_CHILD = """
 import sys
 import numpy as np
-from ci_tools.htp_quirks import PROBES, run_probe
-from ci_tools.audio import read_audio
+from ci_tools.compile.htp_quirks import PROBES, run_probe
+from ci_tools.sources.audio import read_audio
 run_probe(PROBES[0], soc_model=69, htp_arch=79)  # libQnnHtp.so is now in this process
 x, rate, channels = read_audio(sys.argv[1])  # through a child process: must not crash
 assert rate == 16000 and channels == 1 and abs(float(x[100]) - float(np.sin(100 / 7) * 0.5)) < 1e-3, x[:4]
@@ -42,7 +42,7 @@ def test_audio_is_read_after_the_qnn_library_is_loaded(tmp_path):
     import subprocess
     import sys
 
-    from ci_tools import qnn_ep
+    from ci_tools.compile import qnn_ep
 
     flac = tmp_path / "speech.flac"  # written by a fresh process: this one may hold libQnnHtp.so already
     subprocess.run([sys.executable, "-c", "import sys, numpy as np, soundfile; soundfile.write(sys.argv[1], "
@@ -52,7 +52,7 @@ def test_audio_is_read_after_the_qnn_library_is_loaded(tmp_path):
     r = subprocess.run([sys.executable, "-c", LIBFFI_CHILD, str(flac), "in-process"], capture_output=True, text=True)
     assert "read" in r.stdout and r.returncode != 0 and "survived" not in r.stdout, (
         f"QNN {qnn_ep.qnn_version()}: soundfile now works in a process that loaded libQnnHtp.so (seen crashing on "
-        "2.51.0): ci_tools/audio.py may read FLAC in-process again")
+        "2.51.0): ci_tools/sources/audio.py may read FLAC in-process again")
 
 
 def test_the_probe_table_is_a_command():

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from ci_tools.matrix import SCHEMA_FILE, json_schema, load_matrix
-from ci_tools.plan import plan
+from ci_tools.matrix.plan import plan
+from ci_tools.matrix.schema import SCHEMA_FILE, json_schema, load_matrix
 from tests.conftest import DEMO_MATRIX, run_cli
 
 SRC = DEMO_MATRIX.read_text()
@@ -150,8 +150,8 @@ def test_fp16_unknown_try_lets_the_model_compile_it(tmp_path):
 
 
 def test_group_members_without_fp16_are_refused_by_plan_with_the_reason(tmp_path):
-    from ci_tools.plan import make_plan
-    from ci_tools.socs import load_catalog
+    from ci_tools.catalog.socs import load_catalog
+    from ci_tools.matrix.plan import make_plan
 
     path = tmp_path / "m.yaml"
     path.write_text(SRC.replace(VAD_TAIL, VAD_TAIL.replace("chips: [flagship, QCS9100]", "chips: [phones]")))

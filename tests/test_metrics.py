@@ -3,10 +3,10 @@ import math
 import numpy as np
 import pytest
 
+from ci_tools.compile.verify import check, thresholds_for
 from ci_tools.errors import VerifyError
-from ci_tools.matrix import Options
-from ci_tools.metrics import compare
-from ci_tools.verify import check, thresholds_for
+from ci_tools.matrix.schema import Options
+from ci_tools.util.metrics import compare
 
 
 def test_zero_outputs_give_no_nan():

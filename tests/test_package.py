@@ -11,9 +11,9 @@ import tarfile
 import jsonschema
 import pytest
 
-from ci_tools import qnn_ep
-from ci_tools.metadata import SCHEMA_FILE
-from ci_tools.sources import sha256_file
+from ci_tools.compile import qnn_ep
+from ci_tools.release.metadata import SCHEMA_FILE
+from ci_tools.sources.store import sha256_file
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fake_qairt import make_fake_sdk
@@ -160,8 +160,8 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
 
 
 def test_build_package_publish_fetch_round_trip(built, tmp_path):
-    from ci_tools.fetch import fetch_model
-    from ci_tools.publish import publish
+    from ci_tools.release.fetch import fetch_model
+    from ci_tools.release.publish import publish
     from tests.fake_github import FakeGitHub
 
     assert _package(built, "--tag", "v2.0.0").returncode == 0

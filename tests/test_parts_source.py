@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from ci_tools.errors import ConfigError, SourceError
-from ci_tools.matrix import load_matrix
-from ci_tools.sources import SourceStore
+from ci_tools.matrix.schema import load_matrix
+from ci_tools.sources.store import SourceStore
 from tests.conftest import SDK_SECTION, run_cli
 from tests.local_server import LocalServer
 

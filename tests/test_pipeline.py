@@ -36,7 +36,7 @@ def _repo(tmp_path: Path, chips=("SM8750", "SM8550"), name="m", pins=PINS) -> Pa
     shutil.copy2(REPO / "matrix" / "socs.yaml", repo / "matrix" / "socs.yaml")
     (repo / "models").mkdir()
     f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     matrix = {"version": 1,
               "sdk": {"qairt": [{"version": "2.40.0.251030", "hf_repo": "csukuangfj/qnn-toolkit",
@@ -175,7 +175,7 @@ def test_a_chip_job_without_the_precompile_artifact_fails_instead_of_converting(
 
 def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_last_release(release_run, tmp_path):
     runner, wf, gh = release_run
-    from ci_tools.publish import publish
+    from ci_tools.release.publish import publish
     from tests.release_fixture import make_release
 
     publish(make_release(tmp_path / "old"), OWNER_REPO, "v1.0.0", token=gh.state.token, api_url=gh.url,
@@ -231,11 +231,12 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
         ctx = {**ctx, "steps.exists.outputs.digest": ""}  # the image is missing: push it, build it or refuse at once
         got = (evaluate(build["if"], ctx), evaluate(local["if"], ctx), evaluate(refuse["if"], ctx))
         assert got == expect, ctx
-    from ci_tools.image import IMAGE_INPUTS
+    from ci_tools.sdk.image import IMAGE_INPUTS
 
     # every input of the image's tag starts the pull request's image build and smoke test
     paths = docker[True]["pull_request"]["paths"]
-    assert {*IMAGE_INPUTS, "ci_tools/image.py", "Dockerfile-2.40", "matrix/models.yaml", "pyproject.toml"} <= set(paths)
+    assert {*IMAGE_INPUTS, "ci_tools/sdk/image.py", "Dockerfile-2.40", "matrix/models.yaml",
+            "pyproject.toml"} <= set(paths)
     main = yaml.safe_load((REPO / ".github" / "workflows" / "main.yaml").read_text())
     assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**", "templates/**"} <= set(main[True]["push"]["paths"])
     smoke_step = docker["jobs"]["image"]["steps"][-1]

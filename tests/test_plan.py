@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from ci_tools.matrix import load_matrix
-from ci_tools.plan import plan
+from ci_tools.matrix.plan import plan
+from ci_tools.matrix.schema import load_matrix
 from tests.conftest import run_cli
 
 
@@ -38,7 +38,7 @@ def test_plan_unknown_filters_are_usage_errors():
 
 
 def test_path_sources_are_relative_to_the_matrix_outside_a_matrix_folder(tmp_path):
-    from ci_tools.matrix import load_matrix
+    from ci_tools.matrix.schema import load_matrix
     from tests.conftest import write_matrix
 
     m = write_matrix(tmp_path, [{"name": "x", "description": "x", "license": "MIT", "graphs": [
@@ -57,8 +57,8 @@ V85_MODEL = {"name": "tiny", "description": "x", "license": "MIT", "graphs": [{"
 
 
 def test_a_v85_chip_is_refused_on_a_route_that_cannot_target_it(tmp_path):
-    from ci_tools.plan import make_plan
-    from ci_tools.routes import Route
+    from ci_tools.catalog.routes import Route
+    from ci_tools.matrix.plan import make_plan
     from tests.conftest import write_matrix
 
     loaded = load_matrix(write_matrix(tmp_path, [V85_MODEL]))
@@ -90,7 +90,7 @@ def test_plan_cli_refuses_v85_naming_the_version_and_the_route(tmp_path):
 
 
 def test_plan_group_expands_to_build_targets_once(tmp_path):
-    from ci_tools.socs import load_catalog
+    from ci_tools.catalog.socs import load_catalog
     from tests.conftest import write_matrix
 
     model = {**V85_MODEL, "chips": ["iot"]}

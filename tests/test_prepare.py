@@ -9,11 +9,11 @@ import re
 import numpy as np
 import pytest
 
-from ci_tools import prepare as prepare_mod
 from ci_tools.errors import PrepareError
-from ci_tools.matrix import load_matrix
-from ci_tools.prepare import prepare
-from ci_tools.sources import SourceStore
+from ci_tools.matrix.schema import load_matrix
+from ci_tools.prepare import graph as prepare_mod
+from ci_tools.prepare.graph import prepare
+from ci_tools.sources.store import SourceStore
 from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
 

@@ -1,6 +1,6 @@
 import io
 
-from ci_tools.progress import Progress
+from ci_tools.build.progress import Progress
 
 
 def test_github_actions_groups_and_escaped_errors(monkeypatch):

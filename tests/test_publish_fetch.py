@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ci_tools.errors import NoBuildForChip, PackageError, PublishError, SourceError, UsageError
-from ci_tools.fetch import fetch_model
-from ci_tools.publish import publish
+from ci_tools.release.fetch import fetch_model
+from ci_tools.release.publish import publish
 from tests.conftest import run_cli
 from tests.fake_github import FakeGitHub
 from tests.release_fixture import SDK, make_release
@@ -218,7 +218,7 @@ def _evil_members(top: str, kind: str) -> list[tuple]:
 
 def _publish_with_model_archive(gh, tmp_path, write) -> tuple[Path, str]:
     """A release whose SM8750 archive is whatever ``write(path, top)`` writes (manifest and sums updated)."""
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     folder = make_release(tmp_path / "rel", TAG, socs=("SM8750",))
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -421,16 +421,16 @@ def test_fetch_asks_the_device_through_adb(gh, release, tmp_path):
 
 
 def test_an_error_message_spanning_lines_is_printed_as_one(monkeypatch, capsys, tmp_path):
-    import ci_tools.fetch
-    from ci_tools import cli
-    from ci_tools.cli import main
+    import ci_tools.release.fetch
+    from ci_tools.cli import app as cli
+    from ci_tools.cli.app import main
 
     monkeypatch.setattr(cli, "_stop_on_sigterm", lambda: None)  # leave pytest's own SIGTERM handling alone
 
     def refuse(*a, **k):
         raise PackageError("x.tar.bz2: refused: first\n  second\n\nthird", hint="a hint")
 
-    monkeypatch.setattr(ci_tools.fetch, "fetch_model", refuse)
+    monkeypatch.setattr(ci_tools.release.fetch, "fetch_model", refuse)
     code = main(["fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest", str(tmp_path)])
     # (a fake server thread of an earlier test may still print to stderr: look at our lines only)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("qnn-release")]
@@ -440,7 +440,7 @@ def test_an_error_message_spanning_lines_is_printed_as_one(monkeypatch, capsys, 
 def test_latest_and_previous_follow_version_order_not_creation_order(tmp_path):
     """A v1.0.1 hotfix published after v1.1.0 does not become "latest"; v1.1.0's notes compare with v1.0.x (not
     its own rc), and the hotfix's with v1.0.0 (not the newer v1.1.0)."""
-    from ci_tools.previous import previous_manifest
+    from ci_tools.release.previous import previous_manifest
 
     repo = "acme/models"
     with FakeGitHub() as gh:

@@ -15,8 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ci_tools.backends import qairt
-from ci_tools.backends.qairt import QNN_DTYPES, TensorIO, camel_keys, qnn_name, tensor_io, write_stub
+from ci_tools.compile.backends import qairt
+from ci_tools.compile.backends.qairt import QNN_DTYPES, TensorIO, camel_keys, qnn_name, tensor_io, write_stub
 from ci_tools.errors import CompileError
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
@@ -176,8 +176,8 @@ def test_per_tensor_weights_when_the_matrix_says_so(tmp_path, sdk):
 def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_path, sdk, monkeypatch):
     """audit #5: when the converter makes the I/O channel-last, inputs go in NHWC and outputs come back
     from NHWC (parity compares like with like); the stub presents NCHW to callers."""
-    from ci_tools.build import build
-    from ci_tools.matrix import load_matrix
+    from ci_tools.build.orchestrate import build
+    from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()
     f = conv_model(tmp_path / "models" / "c.onnx")
@@ -238,7 +238,7 @@ def test_the_stub_converts_layout_and_dtype_at_its_boundary(tmp_path, dtype):
 
 
 def test_every_qnn_data_type_is_mapped_and_an_unknown_one_refused(tmp_path):
-    from ci_tools.prepare import TensorInfo
+    from ci_tools.prepare.graph import TensorInfo
 
     assert {"QNN_DATATYPE_INT_8", "QNN_DATATYPE_INT_16", "QNN_DATATYPE_INT_32", "QNN_DATATYPE_INT_64",
             "QNN_DATATYPE_UINT_8", "QNN_DATATYPE_UINT_16", "QNN_DATATYPE_UINT_32", "QNN_DATATYPE_FLOAT_16",
@@ -287,8 +287,8 @@ def test_the_converter_needs_the_sdk_python_path_and_the_route_sets_it(tmp_path,
 
 def test_a_device_config_the_tools_ignore_is_caught(tmp_path, sdk, monkeypatch):  # audit #7, #9
     """Written with sherpa-onnx's soc_id key, the chip is not applied: the binary's read-back says so."""
-    from ci_tools.build import build
-    from ci_tools.matrix import load_matrix
+    from ci_tools.build.orchestrate import build
+    from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()
     f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)

@@ -11,7 +11,7 @@ import onnxsim
 import pytest
 from onnx import numpy_helper
 
-from ci_tools.quantize import quantize_graph
+from ci_tools.prepare.quantize import quantize_graph
 from tests import models
 from tests.conftest import path_model, write_matrix
 from tests.test_prepare import _prepare
@@ -76,9 +76,9 @@ def test_per_channel_weights_have_a_scale_per_output_channel_and_err_less(tmp_pa
 def test_per_channel_is_part_of_a_quantized_targets_key(tmp_path):
     from types import SimpleNamespace
 
-    from ci_tools.build import target_key
-    from ci_tools.matrix import load_matrix
-    from ci_tools.plan import plan
+    from ci_tools.build.orchestrate import target_key
+    from ci_tools.matrix.plan import plan
+    from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()
     f = models.attention(tmp_path / "models" / "att.onnx")
@@ -130,7 +130,7 @@ def test_per_channel_int8_of_an_opset_11_graph_is_a_valid_graph(tmp_path):
 
 
 def test_a_quantized_graph_moves_into_the_cache_with_its_external_data(tmp_path):
-    from ci_tools.quantize import _move_with_data
+    from ci_tools.prepare.quantize import _move_with_data
 
     f = models.attention(tmp_path / "a.onnx")
     m = onnx.load(f)
@@ -146,8 +146,8 @@ def test_a_quantized_graph_moves_into_the_cache_with_its_external_data(tmp_path)
 
 
 def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypatch):
-    from ci_tools import quantize as quantize_mod
     from ci_tools.errors import CompileError
+    from ci_tools.prepare import quantize as quantize_mod
 
     (tmp_path / "models").mkdir()
     f = _old_opset_conv(tmp_path / "models" / "old.onnx")
@@ -162,10 +162,10 @@ def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypa
 
 def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools.backends import ort as ort_route
-    from ci_tools.build import build
+    from ci_tools.build.orchestrate import build
+    from ci_tools.compile.backends import ort as ort_route
     from ci_tools.errors import CompileError
-    from ci_tools.matrix import load_matrix
+    from ci_tools.matrix.schema import load_matrix
 
     calls = []
 
@@ -190,7 +190,7 @@ def test_a_quantized_graph_broken_on_cpu_fails_naming_the_node_and_is_never_cach
     import numpy as np
 
     from ci_tools.errors import CompileError
-    from ci_tools.quantize import quantize_graph
+    from ci_tools.prepare.quantize import quantize_graph
     from tests import models
 
     folder = tmp_path / "m" / "g" / "key"
@@ -210,8 +210,8 @@ def test_constants_become_initializers_and_shape_inputs_are_never_quantized(tmp_
     """A Resize's scales from a Constant node (Paddle2ONNX writes hundreds) were quantized as an activation with
     a scale of 1.5e-9, and HTP refused the graph (7004): prepare makes them initializers, and the nodes that
     only compute sizes (a Reshape's shape computed in float) stay out of the quantizer's reach."""
-    from ci_tools.qnn_ep import qnn_error_hint
-    from ci_tools.quantize import shape_nodes
+    from ci_tools.compile.qnn_ep import qnn_error_hint
+    from ci_tools.prepare.quantize import shape_nodes
 
     (tmp_path / "models").mkdir()
     f = models.resize_by_constant(tmp_path / "models" / "rz.onnx")
@@ -295,7 +295,7 @@ def test_dequantize_keeps_what_a_subgraph_reads_from_outside():
     """A weight or a node output read only inside an If branch is still read: neither is pruned."""
     from onnx import TensorProto, helper
 
-    from ci_tools.dequantize import dequantize
+    from ci_tools.prepare.dequantize import dequantize
 
     w = numpy_helper.from_array(np.full((2,), 3, np.int8), "wq")
     s = numpy_helper.from_array(np.array(0.5, np.float32), "ws")

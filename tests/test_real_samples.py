@@ -11,9 +11,9 @@ import wave
 import numpy as np
 import pytest
 
+from ci_tools.compile.verify import check_streams, judge
 from ci_tools.errors import ConfigError
-from ci_tools.matrix import Stream, Thresholds
-from ci_tools.verify import check_streams, judge
+from ci_tools.matrix.schema import Stream, Thresholds
 from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
 
@@ -76,8 +76,8 @@ def test_max_abs_is_no_pass_when_an_all_zero_output_would_pass_too():
 def test_prepare_rewrites_integer_powers_exactly(tmp_path):
     import onnx
 
-    from ci_tools.matrix import Graph, Model
-    from ci_tools.prepare import prepare, run_cpu
+    from ci_tools.matrix.schema import Graph, Model
+    from ci_tools.prepare.graph import prepare, run_cpu
 
     f = models.rms_norm(tmp_path / "rms.onnx")
     m = Model.model_validate(path_model(tmp_path, "rms", f, chips=["SM8750"]))
@@ -105,7 +105,7 @@ def _build(tmp_path, model, *extra):
 
 
 def _path_samples(tmp_path, files: list[str], **front_end):
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     parts = [{"kind": "path", "path": f, "sha256": sha256_file(tmp_path / f)} for f in files]
     return {"description": "test samples", "license": "CC0-1.0",
@@ -164,8 +164,8 @@ def _wav(path, x: np.ndarray, rate: int = 16000):
 
 
 def test_audio_front_end_windows_with_context_and_resampling(tmp_path):
-    from ci_tools.matrix import AudioFrontEnd
-    from ci_tools.samples import audio_windows, read_wav, resample
+    from ci_tools.matrix.schema import AudioFrontEnd
+    from ci_tools.sources.samples import audio_windows, read_wav, resample
 
     x = np.sin(np.arange(8000) / 8000 * 2 * np.pi * 440).astype(np.float32) * 0.5
     _wav(tmp_path / "a.wav", x, rate=8000)
@@ -193,11 +193,12 @@ soundfile.write(sys.argv[1] + "/stereo.wav", np.stack([x, -x / 2], axis=1), 1600
 def test_audio_reader_takes_what_recorders_write(tmp_path):
     """WAVE_FORMAT_EXTENSIBLE (sox/ffmpeg's 24-bit and multichannel WAV), FLAC, Ogg, float and 8-bit WAV, stereo
     averaged; a file nothing can decode is one line naming it, with the fix. (The files are written by libsndfile
-    in a fresh process: an xdist worker may hold libQnnHtp.so, whose libffi breaks cffi; see ci_tools/audio.py.)"""
+    in a fresh process: an xdist worker may hold libQnnHtp.so, whose libffi breaks cffi; see
+    ci_tools/sources/audio.py.)"""
     import subprocess
     import sys
 
-    from ci_tools.samples import read_wav
+    from ci_tools.sources.samples import read_wav
 
     subprocess.run([sys.executable, "-c", WRITE_AUDIO, str(tmp_path)], check=True)
     x = (np.sin(np.arange(4000) / 7) * 0.5).astype(np.float32)
@@ -243,9 +244,9 @@ def test_demo_vad_streams_recorded_speech_and_a_fixed_graph_passes(tmp_path, cac
 def test_image_front_end_crops_keeps_the_ratio_pads_and_normalises_in_bgr(tmp_path):
     from PIL import Image
 
-    from ci_tools.matrix import Model
-    from ci_tools.prepare import TensorInfo
-    from ci_tools.samples import make_samples
+    from ci_tools.matrix.schema import Model
+    from ci_tools.prepare.graph import TensorInfo
+    from ci_tools.sources.samples import make_samples
 
     a = np.zeros((20, 100, 3), np.uint8)
     a[:, :, 0] = 255  # pure red
@@ -270,7 +271,7 @@ def test_image_front_end_crops_keeps_the_ratio_pads_and_normalises_in_bgr(tmp_pa
 
 
 def test_argmax_outputs_are_judged_by_the_class_they_pick():
-    from ci_tools.verify import check
+    from ci_tools.compile.verify import check
 
     rng = np.random.default_rng(3)
     ref = [[rng.dirichlet(np.ones(6), size=(1, 40)).astype(np.float32)] for _ in range(2)]
@@ -323,8 +324,8 @@ def test_sample_mistakes_are_one_line_errors_on_their_model_and_never_switch_a_c
 def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
     """The qairt route runs qnn-net-run once per call: a stream goes through it step by step, the state fed
     back; a route with no emulator at all leaves the target unverified (None), never judged on nothing."""
-    from ci_tools.samples import run_stream
-    from ci_tools.target_job import _NoEmulator, _one_run_per_step
+    from ci_tools.compile.target_job import _NoEmulator, _one_run_per_step
+    from ci_tools.sources.samples import run_stream
 
     class NetRun:  # stands in for QairtBackend.run: one process per call, outputs of each feed
         calls = 0
@@ -351,9 +352,9 @@ def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
 def test_an_output_that_mixes_scales_is_judged_by_declared_slice_and_every_sample_is_kept():
     """A detector head [1, anchors, 4 box pixels + 2 class scores]: the boxes (hundreds of pixels) hide class
     scores that HTP got wrong when the output is judged whole; judged by slice, the scores fail, named."""
+    from ci_tools.compile.verify import check
     from ci_tools.errors import VerifyError
-    from ci_tools.matrix import OutputSlice
-    from ci_tools.verify import check
+    from ci_tools.matrix.schema import OutputSlice
 
     rng = np.random.default_rng(3)
     ref, got = [], []
@@ -391,9 +392,9 @@ def test_prescale_runs_a_layernorm_on_a_scaled_input_with_the_same_output(tmp_pa
     the output on CPU is the same; the squares that overflowed fp16 stay in range."""
     import onnx
 
-    from ci_tools.fp16_range import scan
-    from ci_tools.prepare import run_cpu
-    from ci_tools.prescale import apply, find_norms, offer
+    from ci_tools.prepare.fp16_range import scan
+    from ci_tools.prepare.graph import run_cpu
+    from ci_tools.prepare.prescale import apply, find_norms, offer
 
     f = models.layer_norm(tmp_path / "ln.onnx")
     m = onnx.load(str(f))
@@ -420,7 +421,7 @@ def test_the_range_check_watches_what_shape_inference_cannot_type(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from ci_tools.fp16_range import scan
+    from ci_tools.prepare.fp16_range import scan
 
     nodes = [helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft", name="gelu"),
              helper.make_node("Mul", ["g", "g"], ["sq"], name="square"),
@@ -438,7 +439,7 @@ def test_the_range_check_watches_what_shape_inference_cannot_type(tmp_path):
 
 def test_every_samples_numbers_agree_with_the_verdict_of_an_argmax_output():
     """An output judged by the class it picks: its per-sample record passes or fails by that, not by cosine."""
-    from ci_tools.verify import check
+    from ci_tools.compile.verify import check
 
     ref = [[np.array([[[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]], np.float32)] for _ in range(2)]
     got = [[np.array([[[0.4, 0.6], [0.6, 0.4], [0.45, 0.55]]], np.float32)] for _ in range(2)]  # same classes

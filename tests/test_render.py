@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci_tools.matrix import load_matrix
-from ci_tools.render import MAX_JOBS, render_all, shards
+from ci_tools.matrix.schema import load_matrix
+from ci_tools.workflows.render import MAX_JOBS, render_all, shards
 from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ci_tools.manifest import SCHEMA_FILE as MANIFEST_SCHEMA
-from ci_tools.sources import sha256_file
+from ci_tools.release.manifest import SCHEMA_FILE as MANIFEST_SCHEMA
+from ci_tools.sources.store import sha256_file
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 

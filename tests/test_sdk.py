@@ -160,7 +160,7 @@ def test_transient_hub_errors_are_retried_and_a_dropped_download_resumes(hub, tm
 
 
 def test_retry_after_is_honoured(hub, tmp_path, monkeypatch):
-    from ci_tools import hub_file
+    from ci_tools.sources import hub_file
 
     hub.state.add_file(REPO_ID, f"v{VERSION}.zip", b"zip")
     monkeypatch.setattr(hub_file, "endpoint", lambda: hub.url)
@@ -169,7 +169,7 @@ def test_retry_after_is_honoured(hub, tmp_path, monkeypatch):
     meta = hub_file.file_metadata(REPO_ID, f"v{VERSION}.zip", "main", sleep=waits.append)
     assert waits == [7.0] and meta.commit == hub.state.repos[REPO_ID]["commit"]
     # and on the download
-    from ci_tools.download import fetch_verified
+    from ci_tools.sources.download import fetch_verified
 
     hub.fault("GET", r"\.zip$", "429", after=5)
     hub.fault("GET", r"\.zip$", "503")
@@ -279,7 +279,7 @@ def test_env_lines_are_absolute_and_prepend(hub, tmp_path):
 
 
 def test_env_lines_add_no_empty_entry_and_no_duplicates(tmp_path):
-    from ci_tools.sdk import env_lines
+    from ci_tools.sdk.install import env_lines
 
     root = tmp_path / "qairt" / VERSION
     bin_dir = f"{root}/bin/x86_64-linux-clang"
@@ -310,7 +310,7 @@ sdk:
 @pytest.mark.parametrize("text", [FLOW, BLOCK, BLOCK.replace("      revision:\n", ""),
                                   FLOW.replace(".zip}", ".zip, revision: null, sha256: '%s'}" % ("c" * 64))])
 def test_set_scalars_adds_or_updates_keys_in_any_layout(tmp_path, text):
-    from ci_tools.yaml_edit import set_scalars
+    from ci_tools.util.yaml_edit import set_scalars
 
     rev, sha = "1" * 40, "0123456789" * 6 + "abcd"
     out = set_scalars(tmp_path / "m.yaml", text, ("sdk", "qairt", 0), {"revision": rev, "sha256": sha})

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from ci_tools.sdk_updates import open_pr
+from ci_tools.sdk.updates import open_pr
 from tests.conftest import DEMO_MATRIX, REPO, run_cli
 from tests.fake_github import FakeGitHub
 from tests.fake_hf import FakeHub

@@ -4,9 +4,9 @@ import re
 import pytest
 import yaml
 
+from ci_tools.catalog.socs import DEFAULT_CATALOG, UnknownSocError, load_catalog
 from ci_tools.errors import ConfigError
 from ci_tools.paths import REPO_ROOT
-from ci_tools.socs import DEFAULT_CATALOG, UnknownSocError, load_catalog
 from tests.conftest import run_cli
 
 EXPECTED = {"SM8550": (43, "v73"), "SM8650": (57, "v75"), "SM8750": (69, "v79"),
@@ -194,7 +194,7 @@ def test_catalog_rejects_a_number_without_a_source(tmp_path):
 
 
 def test_readme_chip_table_is_generated_from_the_catalog():
-    from ci_tools.socs_readme import README, render, section
+    from ci_tools.catalog.readme import README, render, section
 
     text = README.read_text()
     start, end = section(text, README)
@@ -203,7 +203,7 @@ def test_readme_chip_table_is_generated_from_the_catalog():
 
 
 def test_readme_drift_is_caught_and_rewritten(tmp_path):
-    from ci_tools.socs_readme import README, update
+    from ci_tools.catalog.readme import README, update
 
     copy = tmp_path / "README.md"
     copy.write_text(README.read_text().replace("| SM8750 | Snapdragon 8 Elite | 69 |",
@@ -215,7 +215,7 @@ def test_readme_drift_is_caught_and_rewritten(tmp_path):
 
 def test_adb_falls_back_to_the_kernel_soc_id(tmp_path, monkeypatch):
     """A device with no ro.soc.model: `fetch --adb` reads /sys/devices/soc0/soc_id, which the catalog resolves."""
-    from ci_tools.fetch import soc_from_adb
+    from ci_tools.release.fetch import soc_from_adb
 
     adb = tmp_path / "adb"
     adb.write_text('#!/bin/sh\ncase "$*" in\n  *getprop*) echo ;;\n  *soc0/soc_id*) echo 639 ;;\n'

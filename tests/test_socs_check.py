@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ci_tools.socs import load_catalog
-from ci_tools.socs_check import check
+from ci_tools.catalog.socs import load_catalog
+from ci_tools.compile.socs_check import check
 from tests.conftest import run_cli
 
 pytest.importorskip("onnxruntime_qnn")
@@ -32,7 +32,7 @@ def test_socs_check_against_installed_qnn_has_only_explained_disagreements():
 
 def test_check_reports_an_fp16_claim_the_backend_refuses(tmp_path):
     """SM7750's soc_model refuses float ops: a catalog that says fp16 true there is caught, unexplained."""
-    from ci_tools.socs import DEFAULT_CATALOG
+    from ci_tools.catalog.socs import DEFAULT_CATALOG
 
     edited = tmp_path / "socs.yaml"
     text = DEFAULT_CATALOG.read_text()

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ci_tools.fetch import fetch_model
+from ci_tools.release.fetch import fetch_model
 from tests.test_publish_fetch import REPO, TAG, _publish, gh, release  # noqa: F401 (fixtures)
 
 

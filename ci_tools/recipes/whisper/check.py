@@ -23,9 +23,9 @@ import numpy as np
 import yaml
 
 from ...errors import ConfigError, QnnReleaseError, VerifyError
-from ...metrics import compare, worst
-from ...report import write_json
-from ...sources import sha256_file
+from ...sources.store import sha256_file
+from ...util.files import write_json
+from ...util.metrics import compare, worst
 from .runtime import Whisper, WhisperInputError, read_wav
 
 CHECK_VERSION = 2  # bump when a change here should verify every chip again
@@ -49,7 +49,7 @@ def verify_clips(loaded, model, cache: Path) -> tuple[list[Clip], bool]:
     rec = model.verify.recordings
     if rec is None:
         return load_clips(loaded.root, model.verify.clips), False
-    from ...sources import SourceStore
+    from ...sources.store import SourceStore
 
     files = SourceStore(cache, loaded.root)._fetch(model, rec.source)
     out = []
@@ -192,7 +192,7 @@ def _check_chip(job: dict) -> dict:
         config = json.loads((export_dir / "whisper.json").read_text())
         config["chip"] = job["chip"]
         (folder / "whisper.json").write_text(json.dumps(config))
-        from ...qnn_ep import quiet_native
+        from ...compile.qnn_ep import quiet_native
 
         with quiet_native():  # the QNN library's banner on loading: not on the build's terminal
             htp = Whisper(folder, device="htp", language=job["language"])

@@ -27,7 +27,7 @@ def _folder(target: Path, tmp: Path) -> Path:
     if export is None or not (Path(export) / "whisper.json").is_file():
         raise UsageError(f"--target {target}: the export of {record['model']} is not in the cache",
                          hint="run `qnn-release build` again (nothing recompiles)")
-    from ...socs import load_catalog
+    from ...catalog.socs import load_catalog
 
     soc = load_catalog().get(record["soc"])
     for graph in ("encoder", "decoder"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import QnnReleaseError
-from ...report import write_atomic, write_json
+from ...util.files import write_atomic, write_json
 from . import graphs
 from .checkpoint import Checkpoint, CheckpointError, load
 from .runtime import mel_filters

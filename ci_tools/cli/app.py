@@ -1,0 +1,352 @@
+"""The ``qnn-release`` command. Errors are caught once, here: one line, a hint, an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .. import __version__
+from ..errors import QnnReleaseError
+
+
+def _matrix_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matrix", type=Path, default=None,
+                   help="the matrix file (default: matrix/models.yaml of this repository)")
+
+
+def _target_filters(p: argparse.ArgumentParser) -> None:
+    """The matrix and the filters that pick targets from it (plan, build)."""
+    _matrix_arg(p)
+    # repeated filters add up: --soc SM8550 --soc SM8750 builds both
+    p.add_argument("--model", action="append", help="a model (repeat for several)")
+    p.add_argument("--soc", action="append", help="a chip or a group (repeat for several)")
+    p.add_argument("--precision", action="append", choices=["fp16", "w8a16", "int8"], help="repeatable")
+    p.add_argument("--graph", action="append", help="only this graph of the model(s) (repeatable)")
+    p.add_argument("--backend", default="ort",
+                   help="compile route: ort (default) or qairt; chips it cannot target are refused")
+
+
+def cmd_socs(args: argparse.Namespace) -> int:
+    from ..catalog.socs import load_catalog, select
+    from ..util.table import table
+
+    cat = load_catalog()
+    if args.resolve:
+        chip = cat.lookup(args.resolve)
+        target = cat.target(chip)
+        if args.json:
+            print(json.dumps({**chip.as_dict(), "build_target": target.name}, indent=2))
+        else:
+            print(f"{args.resolve.strip()} -> {chip.name} ({chip.marketing or 'no marketing name'}, soc_model "
+                  f"{chip.soc_model}, {chip.arch})" + (f"; builds as {target.name}" if target is not chip else ""))
+        return 0
+    if args.readme:
+        from ..catalog.readme import README, update
+
+        changed = update(README, cat)
+        print(f"{'updated' if changed else 'unchanged'}: the chip table in {README}")
+        return 0
+    socs = select(cat, kind=args.kind, arch=args.arch)
+    if args.check:
+        from ..compile.socs_check import check
+
+        report = check(cat, socs)
+        if args.json:
+            print(json.dumps(report.as_dict(), indent=2))
+        else:
+            print(report.text())
+        return 1 if report.unexplained else 0
+    if args.json:
+        names = {s.name for s in socs}
+        print(json.dumps({"socs": [s.as_dict() for s in socs], "groups": {
+            g: [m for m in members if m in names] for g, members in cat.groups.items()}}, indent=2))
+        return 0
+    print(table(["soc", "marketing", "kind", "soc_model", "htp", "vtcm", "fp16", "builds as", "AI Hub"],
+                [(s.name, s.marketing or "", s.kind, s.soc_model, s.arch, s.vtcm_mb or "?",
+                  {True: "yes", False: "no", None: "?"}[s.fp16], s.build_as or "",
+                  s.aihub[0] if s.aihub else "") for s in socs]))
+    print(f"\n{len(socs)} chips, {len({cat.target(s).name for s in socs})} build targets")
+    print("groups: " + "; ".join(f"{g}: {' '.join(m)}" for g, m in cat.groups.items()))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..catalog import routes
+    from ..matrix.plan import make_plan
+    from ..matrix.schema import load_matrix
+    from ..util.table import table
+
+    loaded = load_matrix(args.matrix)
+    route = routes.detect(args.backend, loaded.matrix.sdk.qairt[0].version)
+    result = make_plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
+                       route=route)
+    targets = result.targets
+    if args.json:
+        print(json.dumps({"matrix": str(loaded.path), "route": route.label, "count": len(targets),
+                          "targets": [t.as_dict() for t in targets],
+                          "refused": [r.as_dict() for r in result.refused]}, indent=2))
+    else:
+        print(table(["target", "model", "graph", "soc", "htp", "precision"],
+                    [(t.id, t.model.name, t.graph, t.soc.name, t.soc.arch, t.precision) for t in targets]))
+        print(f"\n{len(targets)} targets, {len({t.soc.name for t in targets})} chips ({route.label})")
+        for r in result.refused:
+            print(f"refused: {r.model} {r.precision} for {r.reason}" if r.reason.startswith(r.soc)
+                  else f"refused: {r.model} {r.precision} for {r.soc}: {r.reason}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from ..matrix import schema as matrix
+    from ..release import manifest, metadata
+    from ..util.files import write_atomic
+
+    schemas = [(matrix.SCHEMA_FILE, matrix.json_schema()), (metadata.SCHEMA_FILE, metadata.json_schema()),
+               (manifest.SCHEMA_FILE, manifest.json_schema())]
+    if args.check:
+        stale = [str(f) for f, text in schemas if not f.exists() or f.read_text() != text]
+        if stale:
+            print(f"stale: {', '.join(stale)}: run `qnn-release schema --write`", file=sys.stderr)
+            return 1
+        print("schemas are up to date")
+        return 0
+    if args.write:
+        for f, text in schemas:
+            write_atomic(f, text)
+            print(f"wrote {f}")
+        return 0
+    sys.stdout.write(schemas[0][1])
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from ..matrix.schema import load_matrix
+    from ..release.clients import FETCH_SH, render_clients
+    from ..workflows.render import render_all, stale, write
+
+    loaded = load_matrix(args.matrix)
+    root = args.root or loaded.root
+    files = {**render_all(loaded), **render_clients(loaded.catalog)}  # workflows, then qnn-fetch.sh and Java
+    if args.check:
+        diffs, orphans = stale(root, files)
+        if diffs or orphans:
+            for d in diffs:
+                sys.stdout.write(d)
+            for o in orphans:
+                print(f"generated file no longer produced by the matrix: {o}")
+            print(f"qnn-release: error: {len(diffs) + len(orphans)} generated file(s) are stale "
+                  f"(hint: run `qnn-release render` and commit the result)", file=sys.stderr)
+            return 1
+        print(f"{len(files)} generated files (workflows, clients) are current")
+        return 0
+    written = write(root, files)
+    (root / FETCH_SH).chmod(0o755)  # run directly or as `sh qnn-fetch.sh`
+    print(f"rendered {len(files)} files into {root / '.github' / 'workflows'} and {root / 'clients'}"
+          + (f"; changed: {', '.join(str(w.name) for w in written)}" if written else "; nothing changed"))
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from ..catalog.socs import UnknownSocError, load_catalog
+    from ..compile.inspection import inspect, render_text
+    from ..errors import UsageError
+
+    catalog = load_catalog()
+    if not args.model.is_file():
+        raise UsageError(f"{args.model}: no such file", hint="give the path of an .onnx file")
+    try:
+        socs = [s for name in (args.soc or ["flagship"]) for s in catalog.expand(name)]
+    except UnknownSocError as e:
+        raise UsageError(f"--soc: {e.message}", hint=e.hint) from None
+    if not args.soc:  # one chip per HTP arch of the flagship phones
+        socs = list({s.htp_arch: s for s in socs}.values())
+    report = inspect(args.model, socs, samples=args.samples, given=args.input)
+    print(json.dumps(report, indent=2) if args.json else render_text(report))
+    return 0
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from ..matrix.schema import load_matrix
+    from ..sdk.image import image
+
+    loaded = load_matrix(args.matrix)
+    if args.allow_unpinned and any(getattr(loaded.matrix.sdk.qairt[0], k) is None for k in ("revision", "sha256")):
+        print(f"::notice::{loaded.path.name}: the SDK is not pinned yet, so no image is built: sdk-pin.yaml "
+              "proposes the pins (revision and the Hub's sha256) as a pull request; merge it", file=sys.stderr)
+        print("unpinned=true")
+        return 0
+    img = image(loaded, args.owner)
+    if args.guard_private:
+        from ..sdk.registry import guard_private
+
+        registry = os.environ.get("QNN_RELEASE_REGISTRY") or "https://" + img.name.split("/", 1)[0]
+        repo = os.environ.get("GITHUB_REPOSITORY", "")
+        verdict = guard_private(registry, img.name.split("/", 1)[1], repo, os.environ.get("REPO_VISIBILITY", ""),
+                                os.environ.get("GITHUB_ACTOR", ""), os.environ.get("GITHUB_TOKEN", ""))
+        print(f"{img.name}: {verdict}: anonymous pulls are refused", file=sys.stderr)
+        return 0
+    print("\n".join(img.outputs()))
+    return 0
+
+
+def cmd_probes(args: argparse.Namespace) -> int:
+    """HTP's special values: the table (what rests on it), or each probe run on the emulator against it."""
+    from ..catalog.socs import load_catalog
+    from ..compile.htp_quirks import PROBES, run_probe, same
+    from ..errors import VerifyError
+
+    if not args.run:
+        for p in PROBES:
+            print(f"{p.name:20} {p.describe()} [seen on QNN {p.seen_on}]")
+        return 0
+    from ..compile import qnn_ep
+
+    chip = load_catalog().lookup(args.soc)
+    changed = []
+    for p in PROBES:
+        got = run_probe(p, soc_model=chip.soc_model, htp_arch=chip.htp_arch)
+        ok = same(got, p.htp)
+        print(f"{p.name:20} {'as in the table' if ok else 'CHANGED'}: HTP gives {got!r} (table: {p.htp!r}, "
+              f"seen on QNN {p.seen_on})")
+        changed += [] if ok else [p.name]
+    if changed:
+        raise VerifyError(f"QNN {qnn_ep.qnn_version()} on {chip.name}: {len(changed)} probe(s) differ from the table: "
+                          f"{', '.join(changed)}", hint="update ci_tools/compile/htp_quirks.py and the rewrites "
+                          "and hints that rest on it (prepare's Pow rewrite, the range check)")
+    print(f"QNN {qnn_ep.qnn_version()} on {chip.name}: every probe as in the table")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qnn-release", description="Compile ONNX models into Qualcomm QNN HTP context binaries for every "
+        "Snapdragon chip in a matrix, verify them, package them and release them.")
+    parser.add_argument("--version", action="version", version=f"qnn-release {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("socs", help="list the chip catalog, resolve a chip name, or check it against QNN")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true",
+                   help="compare with what the installed toolchain reports (onnxruntime-qnn; the QAIRT SDK "
+                   "at $QNN_SDK_ROOT when set); exit 1 on a disagreement the catalog does not explain")
+    p.add_argument("--resolve", metavar="NAME", help="SM8750, sm8750-ac, qualcomm-snapdragon-8-elite, getprop "
+                   "ro.soc.model output, soc_id:639 (/sys/devices/soc0/soc_id), a codename")
+    p.add_argument("--kind", choices=["phone", "iot", "auto", "compute", "xr", "wear"], help="only chips of this kind")
+    p.add_argument("--arch", help="only chips of this HTP arch (v79 or 79)")
+    p.add_argument("--readme", action="store_true", help="regenerate the chip table in README.md")
+    p.set_defaults(func=cmd_socs)
+
+    p = sub.add_parser("plan", help="expand the matrix into targets (model, graph, chip, precision)")
+    _target_filters(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("schema", help="print, write or check the JSON Schemas (matrix, archive metadata, "
+                       "release manifest)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--write", action="store_true")
+    g.add_argument("--check", action="store_true")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("render", help="write .github/workflows and clients/ (qnn-fetch.sh, Java) from the "
+                       "matrix, the chip catalog and templates/")
+    _matrix_arg(p)
+    p.add_argument("--check", action="store_true", help="fail with a diff when committed generated files are stale")
+    p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("inspect", help="a new ONNX model: I/O, a graphs[] entry, ops, what HTP rejects and why")
+    p.add_argument("model", type=Path, help="the .onnx file")
+    p.add_argument("--soc", action="append", help="chips to try (default: one per HTP arch of the flagship group)")
+    p.add_argument("--input", action="append", metavar="NAME=1,3,640,640", help="the shape an input gets (repeatable; "
+                   "default: 1 for a batch, 16 for other lengths, then 32, 64, 320, 640 when 16 does not line up)")
+    p.add_argument("--samples", type=Path, help="a folder of real samples (.npz, one array per input): name the "
+                   "nodes whose values leave fp16's range on them")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("image", help="the SDK image's immutable reference (refuses an unpinned SDK)")
+    _matrix_arg(p)
+    p.add_argument("--owner", required=True, help="the repository owner (GITHUB_REPOSITORY_OWNER)")
+    p.add_argument("--allow-unpinned", action="store_true", help="an unpinned SDK prints unpinned=true and exits 0 "
+                   "(a push to the default branch before the pins are merged; a tag never passes this)")
+    p.add_argument("--guard-private", action="store_true", help="refuse (exit 10) unless pushing the image keeps "
+                   "the SDK private: not anonymously pullable, and not created by a public repository's workflow "
+                   "(env: GITHUB_TOKEN, GITHUB_ACTOR, GITHUB_REPOSITORY, REPO_VISIBILITY)")
+    p.set_defaults(func=cmd_image)
+
+    p = sub.add_parser("probes", help="HTP's special values (Pow of -0, Sqrt of negatives, output ulps): the table, "
+                       "or --run each on the HTP emulator and compare")
+    p.add_argument("--run", action="store_true", help="compile and run every probe (onnxruntime-qnn); exit 7 when "
+                   "one differs from the table")
+    p.add_argument("--soc", default="SM8750", help="the chip to probe (default SM8750)")
+    p.set_defaults(func=cmd_probes)
+
+    from . import build as cli_build
+
+    cli_build.register(sub, _matrix_arg, _target_filters)
+    from . import release as cli_release
+    from . import sdk as cli_sdk
+
+    cli_release.register(sub)
+    cli_sdk.register(sub, _matrix_arg)
+    from ..recipes.whisper import cli as whisper_cli
+
+    whisper_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    if args.verbose:
+        os.environ["QNN_RELEASE_VERBOSE"] = "1"  # read by worker processes too
+    _stop_on_sigterm()
+    try:
+        return int(args.func(args) or 0)
+    except QnnReleaseError as e:
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        _error(str(e))
+        from .step_summary import append, failure
+
+        append(failure(args.command, e.exit_code, str(e)))  # in GitHub Actions: why the step failed
+        return e.exit_code
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug: still one line unless --verbose
+        if args.verbose:
+            raise
+        _error(f"internal error: {type(e).__name__}: {e}".splitlines()[0] + " (run with --verbose for the traceback)")
+        return 70
+
+
+def _stop_on_sigterm() -> None:
+    """CI cancels a job with SIGTERM: stop like Ctrl-C, so nothing half-finished looks finished."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # signal handlers only go there
+        signal.signal(signal.SIGTERM, stop)
+
+
+def _error(text: str) -> None:
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())  # one line, whatever raised it
+    red = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+    print(f"\033[31mqnn-release: error:\033[0m {text}" if red else f"qnn-release: error: {text}", file=sys.stderr)
+

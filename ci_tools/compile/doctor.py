@@ -1,0 +1,228 @@
+"""Why HTP rejects a graph, and what to change: the causes and fixes as data, used by ``inspect``
+and by ``build`` (once per graph, before any chip is compiled).
+
+The QNN EP names the nodes it cannot take ("Unsupported nodes in QNN EP: { name: .., type: .. }");
+a compile with CPU fallback allowed names the rest (every non-EPContext node stayed on CPU).
+Nodes are counted per op type, and each type gets the reason HTP rejects it and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# op type -> (why HTP rejects it, what to do). Groups share one explanation.
+_DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
+                  "which HTP does not run",
+                  "start from the float model (export it without dynamic quantization), or declare "
+                  "`fixes: [dequantize]` on the graph; then use fp16, or w8a16/int8, which qnn-release quantizes "
+                  "statically")
+_CONTROL_FLOW = ("control flow decided by the data: HTP runs one static graph, with no If/Loop/Scan",
+                 "fold the branch with graphs[].constants when the condition is fixed, or split the graph there")
+_DATA_SIZED = ("its output size depends on the input values; HTP needs every shape fixed before it runs",
+               "move it out of the graph (post-processing on CPU), or pad to a fixed size in the export")
+CAUSES: dict[str, tuple[str, str]] = {
+    "DynamicQuantizeLinear": _DYNAMIC_QUANT, "MatMulInteger": _DYNAMIC_QUANT, "ConvInteger": _DYNAMIC_QUANT,
+    "QLinearMatMul": _DYNAMIC_QUANT, "QLinearConv": _DYNAMIC_QUANT,
+    "If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW,
+    "NonZero": _DATA_SIZED, "Unique": _DATA_SIZED, "NonMaxSuppression": _DATA_SIZED, "Compress": _DATA_SIZED,
+    "Erf": ("exact GELU written with Erf: the QNN EP leaves Erf on CPU (a Whisper encoder split in three there)",
+            "export GELU with the tanh approximation (or as one Gelu op)"),
+    "Clip": ("HTP's Clip needs constant min and max", "write Max(x, min) / Min(x, max) instead, or declare "
+             "graphs[].fixes: [clip-to-max-min] to let prepare rewrite it"),
+    "RandomNormal": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "RandomUniform": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "RandomNormalLike": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "RandomUniformLike": ("random ops have no HTP kernel", "feed the noise as an input"),
+    "STFT": ("no HTP kernel for STFT", "compute features on CPU and feed them, or write the DFT as a MatMul"),
+}
+_CONTRIB = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer optimizer: HTP runs the standard "
+            "ops it was fused from",
+            "declare `fixes: [unfuse-contrib]` on the graph (prepare writes the standard ops back, checked on CPU), "
+            "or export without ONNX Runtime's optimizer")
+_CONTRIB_ONLY = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer optimizer, with no "
+                 "un-fuse rewrite here",
+                 "export the model without ONNX Runtime's transformer optimizer (the plain ONNX export)")
+CAUSES.update({op: _CONTRIB for op in ("FastGelu", "QuickGelu", "BiasGelu", "SkipLayerNormalization",
+                                       "SkipSimplifiedLayerNormalization", "Attention", "EmbedLayerNormalization")})
+CAUSES.update({op: _CONTRIB_ONLY for op in ("MultiHeadAttention", "FusedMatMul", "BiasSoftmax", "BiasAdd",
+                                            "GroupQueryAttention")})
+DEFAULT = ("HTP has no kernel for it (with these input types and shapes)",
+           "replace it in the export, or split the graph so it runs outside")
+UNSUPPORTED = re.compile(r"\{ name: ([^,]*), type: ([\w.]+) \}")
+
+
+@dataclass
+class Diagnosis:
+    """The nodes HTP rejects, counted per op type, each with its reason and fix."""
+
+    rejected: list[tuple[str, str]]  # (op type, node name)
+    details: dict[str, str] = field(default_factory=dict)  # op type -> a sharper reason from the graph
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(op for op, _ in self.rejected)
+
+    def causes(self) -> list[dict]:
+        out = []
+        for op, n in self.counts.most_common():
+            reason, fix = CAUSES.get(op, DEFAULT)
+            names = [name for o, name in self.rejected if o == op]
+            out.append({"op": op, "count": n, "nodes": names[:5], "reason": self.details.get(op, reason), "fix": fix})
+        return out
+
+    def summary(self) -> str:
+        """One line: the op types by count, then the first cause and its fix."""
+        if not self.rejected:
+            return ""
+        causes = self.causes()
+        ops = ", ".join(f"{c['op']} x{c['count']} ({', '.join(c['nodes'][:3])}{', ...' if c['count'] > 3 else ''})"
+                        for c in causes)
+        seen, text = set(), []
+        for c in causes:
+            if (c["reason"], c["fix"]) in seen:
+                continue
+            seen.add((c["reason"], c["fix"]))
+            text.append(f"{c['op']}: {c['reason']}; fix: {c['fix']}")
+        return f"HTP rejects {len(self.rejected)} node(s): {ops}. " + " | ".join(text[:3])
+
+    def as_dict(self) -> dict:
+        return {"rejected_nodes": len(self.rejected), "ops": dict(self.counts), "causes": self.causes()}
+
+
+def source_kind(m) -> list[dict]:
+    """What the graph is, where that decides the precision and the export: statically quantized (QDQ),
+    dynamically quantized, or fused by ONNX Runtime's transformer optimizer."""
+    from collections import Counter
+
+    ops = Counter(n.op_type for n in m.graph.node)
+    contrib = Counter(n.op_type for n in m.graph.node if n.domain == "com.microsoft")
+    kinds = []
+    dynamic = {k: ops[k] for k in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if ops[k]}
+    if dynamic:
+        kinds.append({"kind": "dynamically quantized", "ops": dynamic,
+                      "means": "int8 weights, activations quantized at run time (ONNX Runtime's quantize_dynamic): "
+                      "HTP has no run-time quantization; start from the float model, or declare "
+                      "`fixes: [dequantize]` (prepare writes each MatMulInteger back as a float MatMul), then "
+                      "build fp16, or w8a16/int8 calibrated by qnn-release"})
+    elif ops["QuantizeLinear"] or ops["DequantizeLinear"]:
+        kinds.append({"kind": "statically quantized (QDQ)",
+                      "ops": {k: ops[k] for k in ("QuantizeLinear", "DequantizeLinear")},
+                      "means": "its scales were calibrated for another runtime; qnn-release quantizes float graphs "
+                      "itself: build from the float export, or declare `fixes: [dequantize]` (prepare makes "
+                      "this graph its float equivalent) for fp16, or w8a16/int8 calibrated on your samples"})
+    if contrib:
+        kinds.append({"kind": "fused by ONNX Runtime's transformer optimizer", "ops": dict(contrib),
+                      "means": "com.microsoft ops only ONNX Runtime runs; `fixes: [unfuse-contrib]` writes "
+                      "EmbedLayerNormalization, Attention, SkipLayerNormalization, FastGelu, QuickGelu, Gelu and "
+                      "BiasGelu back as standard ops, or export without the optimizer"})
+    return kinds
+
+
+def unsupported_from_log(text: str) -> list[tuple[str, str]]:
+    """(op type, name) of every node the QNN EP's log calls unsupported (each logged once or more)."""
+    seen: dict[str, str] = {}
+    for line in text.splitlines():
+        if "Unsupported nodes" in line:
+            for name, op in UNSUPPORTED.findall(line):
+                seen[name] = op
+    return [(op, name) for name, op in seen.items()]
+
+
+def _named_in_error(message: str) -> list[tuple[str, str]]:
+    """onnxruntime's graph errors name the node: ``In Node, ("If_32", If, "", -1)``; only ops HTP is known
+    not to run are taken from there (the error may be about anything)."""
+    found = re.findall(r'In Node, \("([^"]*)", (\w+),', message)
+    return [(op, name) for name, op in found if op in CAUSES]
+
+
+def diagnose(model: Path, rejected: list[tuple[str, str]]) -> Diagnosis:
+    """Count ``rejected`` per op type and sharpen the reason where the graph tells more (a Clip whose
+    bounds are computed at run time or infinite)."""
+    d = Diagnosis(rejected=sorted(set(rejected)))
+    clips = [name for op, name in rejected if op == "Clip"]
+    if clips:
+        reason = _clip_reason(model, set(clips))
+        if reason:
+            d.details["Clip"] = reason
+    return d
+
+
+def _clip_reason(model: Path, names: set[str]) -> str | None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        m = onnx.load(str(model), load_external_data=False)
+    except Exception:
+        return None
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if not i.external_data}
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t"):
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    for n in m.graph.node:
+        if n.op_type != "Clip" or n.name not in names:
+            continue
+        parts = []
+        for i, what in ((1, "min"), (2, "max")):
+            if len(n.input) <= i or not n.input[i]:
+                continue
+            if n.input[i] not in consts:
+                parts.append(f"its {what} is computed at run time")
+            elif not np.all(np.isfinite(consts[n.input[i]])):
+                parts.append(f"its {what} is infinite")
+        if parts:
+            return ("HTP's Clip (ReluMinMax) needs finite constant min and max: " + " and ".join(parts)
+                    + " (no upper bound means Max(x, min))")
+    return None
+
+
+def trial_compile(model: Path, soc_model: int, htp_arch: int, fp16: bool = True) -> Diagnosis | None:
+    """Compile ``model`` once with CPU fallback allowed (ONNX Runtime QNN EP): every node left outside the
+    EPContext nodes, and every node the EP's log calls unsupported, is rejected by HTP. None when the
+    trial itself fails for another reason (the per-chip compile then reports it)."""
+    import tempfile
+
+    import onnx
+
+    from ..errors import CompileError
+    from . import qnn_ep
+
+    options = qnn_ep.htp_options(soc_model, htp_arch, fp16=fp16)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "trial.log"
+        try:
+            ctx, _ = qnn_ep.compile_context(model, Path(tmp), "trial", options, allow_cpu_fallback=True, log=log)
+        except CompileError as e:
+            # a graph ONNX Runtime cannot even partition (a data-dependent If reading outer values ends in
+            # INVALID_GRAPH "... of node: []"): with fallback disabled the EP's log names what it refuses
+            rejected = e.rejected or _named_in_error(e.message)
+            if not rejected:
+                try:
+                    qnn_ep.compile_context(model, Path(tmp) / "strict", "trial", options, log=log)
+                except CompileError as strict:
+                    rejected = strict.rejected or _named_in_error(strict.message)
+            return diagnose(model, rejected) if rejected else None
+        on_cpu = [(n.op_type, n.name or n.output[0]) for n in onnx.load(str(ctx), load_external_data=False).graph.node
+                  if n.op_type != "EPContext"]
+        named = unsupported_from_log(log.read_text(errors="replace"))
+    by_name = {name: op for op, name in on_cpu}
+    by_name.update({name: op for op, name in named})
+    io = _io_quantization(model)  # left on CPU by the EP on purpose: not a rejection
+    return diagnose(model, [(op, name) for name, op in by_name.items() if name not in io])
+
+
+def _io_quantization(model: Path) -> set[str]:
+    """The QuantizeLinear nodes that read a graph input and the DequantizeLinear nodes that make a graph
+    output: a QDQ graph's float I/O. With CPU fallback allowed the QNN EP leaves them to CPU by design (its
+    log says so) and the compiled binary takes the quantized tensors; HTP runs everything between."""
+    import onnx
+
+    g = onnx.load(str(model), load_external_data=False).graph
+    ins, outs = {i.name for i in g.input}, {o.name for o in g.output}
+    return {n.name or n.output[0] for n in g.node
+            if (n.op_type == "QuantizeLinear" and n.input[0] in ins)
+            or (n.op_type == "DequantizeLinear" and n.output[0] in outs)}

@@ -1,0 +1,251 @@
+"""Thin layer over the ONNX Runtime QNN execution provider (PyPI ``onnxruntime-qnn``).
+
+The EP is a plugin: it must be registered, then attached per session through its
+device objects. The old ``providers=["QNNExecutionProvider"]`` silently runs on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BackendUnavailable, CompileError
+from ..util.quiet import redirect_fds
+
+EP_NAME = "QNNExecutionProvider"
+COMPAT_KEY = f"ep_compatibility_info.{EP_NAME}"
+
+
+def _severity() -> int:
+    return 2 if os.environ.get("QNN_RELEASE_VERBOSE") else 4
+
+
+@functools.lru_cache(maxsize=1)
+def _ort():
+    try:
+        import onnxruntime as ort
+        import onnxruntime_qnn
+    except ImportError as e:
+        raise BackendUnavailable(
+            f"the ort route needs onnxruntime-qnn: {e}",
+            hint="pip install 'qnn-release[ort]' (Python >= 3.11), or use --backend qairt") from None
+    # The EP warns about Windows-only features on every session; errors we report ourselves.
+    ort.set_default_logger_severity(_severity())
+    with quiet_native():  # the QNN library's "# LIBNATIVE" banner
+        ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
+        ort.get_ep_devices()
+    return ort, onnxruntime_qnn
+
+
+@contextlib.contextmanager
+def quiet_native():
+    if os.environ.get("QNN_RELEASE_VERBOSE"):
+        yield
+        return
+    with open(os.devnull, "wb") as null, redirect_fds(null.fileno()):
+        yield
+
+
+QNN_ERRORS = {  # QNN error codes the EP passes on verbatim, with what they meant where we met them
+    "7004": "QNN error 7004: HTP could not create a tensor, typically a quantized one with a degenerate scale "
+            "(a size, index or axis input quantized as an activation, e.g. a Resize's scales at scale 1e-9) or a "
+            "tensor too large for it: compare the node named with the QDQ graph (`*.qdq.onnx` beside the prepared "
+            "graph); prepare makes Constant nodes initializers and the quantizer leaves shape inputs alone",
+}
+
+
+def qnn_error_hint(message: str) -> str | None:
+    """The cause behind a QNN error code in an EP message, where one is known."""
+    for code, hint in QNN_ERRORS.items():
+        if f"error code: {code}" in message or f"error code {code}" in message or f"Error {code}" in message:
+            return hint
+    return None
+
+
+def qnn_version() -> str:
+    _, oq = _ort()
+    return str(oq.build_and_package_info.qnn_version)
+
+
+def ep_package_version() -> str:
+    from importlib.metadata import version
+
+    return version("onnxruntime-qnn")
+
+
+def _devices():
+    ort, _ = _ort()
+    devs = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    if not devs:
+        raise BackendUnavailable("onnxruntime-qnn is installed but offers no QNN device",
+                                 hint="check that onnxruntime and onnxruntime-qnn versions match")
+    return devs
+
+
+def htp_options(soc_model: str | int | None, htp_arch: int | None, fp16: bool, extra: dict | None = None) -> dict:
+    opts = {"backend_type": "htp"}
+    if soc_model is not None:
+        opts["soc_model"] = str(soc_model)
+    if htp_arch is not None:
+        opts["htp_arch"] = str(htp_arch)
+    if fp16:
+        opts["enable_htp_fp16_precision"] = "1"
+    opts.update(extra or {})
+    return opts
+
+
+def session_options(*, allow_cpu_fallback: bool, options: dict, context_path: Path | None = None):
+    ort, _ = _ort()
+    so = ort.SessionOptions()
+    so.log_severity_level = _severity()
+    if context_path is not None:
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", str(context_path))
+    if not allow_cpu_fallback:
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.add_provider_for_devices(_devices(), options)
+    return so
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LOG_LINE = re.compile(r"^\S+ \S+ \[([EWIV]):onnxruntime:[^\]]*\] (.*)$")
+
+
+@contextlib.contextmanager
+def native_log(path: Path | None):
+    """Send what onnxruntime and the QNN libraries print on stderr (their banner, the EP's warnings and
+    errors) to ``path``: quiet output by default, the evidence kept in the target's log. The EP's
+    own messages are asked for at warning level while this is on."""
+    if path is None:
+        yield
+        return
+    ort, _ = _ort()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f, redirect_fds(f.fileno()):
+        ort.set_default_logger_severity(2)
+        try:
+            yield
+        finally:
+            ort.set_default_logger_severity(_severity())
+    if os.environ.get("QNN_RELEASE_VERBOSE"):
+        sys.stderr.write(path.read_text(errors="replace"))
+
+
+def log_errors(text: str) -> list[str]:
+    """The EP's error lines from a captured log, without colours and timestamps."""
+    out = []
+    for line in ANSI.sub("", text).splitlines():
+        m = LOG_LINE.match(line.strip())
+        if m and m[1] == "E" and m[2] not in out:
+            out.append(m[2])
+    return out
+
+
+def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
+                    allow_cpu_fallback: bool = False, log: Path | None = None) -> tuple[Path, Path]:
+    """Compile ``model`` into ``<out_dir>/<stem>_ctx.onnx`` + ``<stem>_ctx_qnn.bin``.
+
+    The EP refuses to write over an existing file, and a crash half-way must not leave a
+    file that looks finished: compile into a fresh folder next to ``out_dir``, then move.
+    With ``log``, the EP's messages go there and a failure names their cause: the nodes the EP
+    calls unsupported (``CompileError.rejected``) or its first error line.
+    """
+    ort, _ = _ort()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=out_dir))
+    try:
+        so = session_options(allow_cpu_fallback=allow_cpu_fallback, options=options,
+                             context_path=scratch / f"{stem}_ctx.onnx")
+        if log is not None:
+            so.log_severity_level = 2
+        try:
+            with native_log(log):
+                ort.InferenceSession(str(model), sess_options=so)
+        except Exception as e:  # onnxruntime raises its own untyped errors
+            err = CompileError(_first_line(e))
+            if log is not None and log.is_file():
+                from .doctor import unsupported_from_log
+
+                text = log.read_text(errors="replace")
+                err.rejected = unsupported_from_log(text)
+                causes = [x for x in log_errors(text) if "fallback to CPU EP has been explicitly disabled" not in x
+                          and "Unsupported nodes" not in x and x not in err.message]
+                if causes and not err.rejected:
+                    err.message = f"{err.message.rstrip(':. ')}; QNN EP: {'; '.join(causes[:2])[:500]}"
+            err.hint = err.hint or qnn_error_hint(err.message)
+            raise err from None
+        ctx, bins = scratch / f"{stem}_ctx.onnx", sorted(scratch.glob("*.bin"))
+        if not ctx.exists() or not bins:
+            raise CompileError(f"the QNN EP wrote no context binary for {model.name}")
+        final_bin = out_dir / bins[0].name
+        os.replace(bins[0], final_bin)
+        os.replace(ctx, out_dir / ctx.name)
+        return out_dir / ctx.name, final_bin
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cpu_nodes_when_falling_back(model: Path, options: dict) -> list[tuple[str, str]]:
+    """Compile once more with CPU fallback allowed: every non-EPContext node stayed on CPU.
+
+    With fallback disabled the EP only says "nodes are assigned to the CPU EP", without names.
+    """
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            ctx, _ = compile_context(model, Path(tmp), "probe", options, allow_cpu_fallback=True,
+                                     log=Path(tmp) / "probe.log")
+        except CompileError:
+            return []
+        graph = onnx.load(str(ctx), load_external_data=False).graph
+        return [(n.op_type, n.name or "(unnamed)") for n in graph.node if n.op_type != "EPContext"]
+
+
+@dataclass(frozen=True)
+class CompatInfo:
+    """What a context stub says it was compiled for (``ep_compatibility_info``)."""
+
+    raw: str
+    qnn_version: str
+    htp_arch: int
+    soc_model: int
+    sdk_version: str | None  # ep_sdk_version of the EPContext node, with build id
+
+
+def read_compat(ctx_onnx: Path) -> CompatInfo:
+    import onnx
+
+    m = onnx.load(str(ctx_onnx), load_external_data=False)
+    meta = {p.key: p.value for p in m.metadata_props}
+    raw = meta.get(COMPAT_KEY)
+    if raw is None:
+        raise CompileError(f"{ctx_onnx}: no {COMPAT_KEY} metadata: not a QNN EPContext model")
+    # v2:6:<qnn>:<api>:<htp_arch>:<soc_model>:...
+    parts = raw.split(":")
+    try:
+        qnn, arch, soc = parts[2], int(parts[4]), int(parts[5])
+    except (IndexError, ValueError):
+        raise CompileError(f"{ctx_onnx}: cannot parse {COMPAT_KEY}={raw!r}") from None
+    sdk = None
+    for node in m.graph.node:
+        if node.op_type == "EPContext":
+            for a in node.attribute:
+                if a.name == "ep_sdk_version":
+                    sdk = a.s.decode()
+    return CompatInfo(raw=raw, qnn_version=qnn, htp_arch=arch, soc_model=soc, sdk_version=sdk)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return type(e).__name__

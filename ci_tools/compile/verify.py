@@ -1,0 +1,353 @@
+"""Verify a compiled target: run it on the HTP emulator and compare with ONNX Runtime on CPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, VerifyError
+from ..matrix.schema import Options, OutputSlice, Stream, Thresholds
+from ..util.metrics import Parity, compare, worst
+
+# fp16 activations are usually lossless; 8-bit weights must be checked (REFERENCE.md section 1.7).
+# max_abs is an absolute tolerance that passes on its own: a detector's probability map on
+# generated inputs is ~0 everywhere (PP-OCRv4 det: peak 3e-3, HTP error 3e-4, cosine 0.97), where
+# cosine and SNR measure fp16 rounding of nothing. 1e-3 is about fp16's resolution at 1.0.
+DEFAULT_THRESHOLDS = {
+    "fp16": Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=1e-3),
+    "w8a16": Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3),
+    "int8": Thresholds(min_cosine=0.95),
+}
+
+
+@dataclass(frozen=True)
+class Verification:
+    parity: Parity
+    per_output: dict[str, dict]
+    thresholds: dict
+    emulator_seconds: float | None
+    samples: int
+    passed_by: str = "cosine"  # or "max_abs": within the absolute tolerance though cosine/SNR are low
+    worst_output: str | None = None
+    per_sample: list[dict] | None = None  # every sample's numbers per output (sample_numbers)
+
+
+def thresholds_for(options: Options, precision: str) -> Thresholds:
+    base = DEFAULT_THRESHOLDS[precision]
+    override = options.verify.get(precision)
+    if override is None:
+        return base
+    return base.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
+
+
+HINTS = {
+    "fp16": "fp16 keeps about 3 significant digits and overflows above 65504: look for large intermediate "
+            "values (unnormalised sums, big logits) on this output's path, or compile it as w8a16",
+    "w8a16": "8-bit weights, 16-bit activations: calibrate with real samples (`samples:` in the matrix), or "
+             "compare with the fp16 build of the same chip",
+    "int8": "8-bit activations lose range: calibrate with real samples (`samples:` in the matrix), or use w8a16",
+}
+
+
+FP16_MAX = 65504.0
+
+# The three honest verdicts, wherever a result is shown (target_job records ``verified_on``)
+VERDICTS = {"real-samples": "verified on real samples", "generated-inputs": "verified on generated inputs only",
+            "not-verified": "not verified"}
+
+
+VERDICT_LABELS = {"real-samples": "real samples", "generated-inputs": "generated only", "not-verified": "not verified"}
+
+
+def verdict_label(record: dict) -> str:
+    """The verdict as tables show it (the summary's, the step summaries', the release notes')."""
+    return VERDICT_LABELS[verdict(record)]
+
+
+def verdict(record: dict) -> str:
+    """A target record's verdict: one of VERDICTS' keys."""
+    if not record.get("verified"):
+        return "not-verified"
+    return record.get("verified_on") or "generated-inputs"
+
+MAX_ABS_PEAK_RATIO = 2.0  # max_abs passes on its own only where an all-zero output would miss it by 2x
+
+
+def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds, peak: float | None = None) -> dict:
+    """One output of one sample, on its own: cosine and SNR (a one-number output: its relative error),
+    or within the absolute tolerance ``max_abs``; NaN/Inf never pass. ``max_abs`` is no pass where the
+    CPU output itself stays below ``MAX_ABS_PEAK_RATIO`` times it (``peak``, over every sample): an
+    all-zero output would pass it as well."""
+    p = compare(ref, got)
+    d = {**p.as_dict(), "failures": [], "passed_by": "cosine"}
+    if p.nan_count:  # before any tolerance: NaN/Inf never pass, not even on max_abs
+        d["failures"].append(f"{p.nan_count} NaN/Inf values")
+        return d
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    g = np.asarray(got, dtype=np.float64).ravel()
+    if r.size == 1:  # a cosine of one number is its sign: judge the relative error
+        rel = float(abs(g[0] - r[0]) / max(abs(r[0]), 1e-6)) if np.isfinite(g[0]) else float("inf")
+        limit = 10 ** (-th.min_snr_db / 20) if th.min_snr_db is not None else 0.1
+        d.update(relative_error=rel, passed_by="relative_error")
+        if rel > limit:
+            d["failures"].append(f"relative error {rel:.3g} > {limit:.3g} ({r[0]:.4g} on CPU, {g[0]:.4g} on HTP)")
+    else:
+        if th.min_cosine is not None and p.cosine < th.min_cosine:
+            d["failures"].append(f"cosine {p.cosine:.6f} < {th.min_cosine}")
+        if th.min_snr_db is not None and p.snr_db < th.min_snr_db:
+            d["failures"].append(f"SNR {p.snr_db:.1f} dB < {th.min_snr_db} dB")
+    # max_abs is an absolute tolerance that suffices on its own: outputs that are almost all zero
+    # (a detector's probability map on generated inputs) have no meaningful cosine or SNR.
+    if d["failures"] and th.max_abs is not None:
+        top = float(np.max(np.abs(r))) if peak is None and r.size else (peak or 0.0)
+        if p.max_abs > th.max_abs:
+            d["failures"].append(f"max abs error {p.max_abs:.4g} > {th.max_abs}")
+        elif top < MAX_ABS_PEAK_RATIO * th.max_abs:
+            d["failures"].append(f"max abs error {p.max_abs:.4g} is within {th.max_abs}, but the CPU output peaks "
+                                 f"at {top:.3g}: an all-zero output would pass too")
+        else:
+            d.update(failures=[], passed_by="max_abs")
+    return d
+
+
+def sliced_names(output_names: list[str], slices: dict[str, dict[str, OutputSlice]] | None) -> list[str]:
+    """The names outputs are judged under: an output with declared slices becomes ``output[slice]`` each."""
+    return [f"{n}[{s}]" if n in (slices or {}) else n for n in output_names for s in (slices or {}).get(n, {None: 0})]
+
+
+def cut_slices(output_names: list[str], outs: list[np.ndarray],
+               slices: dict[str, dict[str, OutputSlice]] | None) -> list[np.ndarray]:
+    """One sample's outputs with each sliced output replaced by its slices (in ``sliced_names`` order)."""
+    if not slices:
+        return list(outs)
+    cut = []
+    for name, a in zip(output_names, outs):
+        if name not in slices:
+            cut.append(a)
+            continue
+        a = np.asarray(a)
+        for sname, sl in slices[name].items():
+            axis = sl.axis + a.ndim if sl.axis < 0 else sl.axis
+            stop = a.shape[axis] if axis < a.ndim and sl.stop is None else sl.stop
+            if not 0 <= axis < a.ndim or not sl.start < min(stop, a.shape[axis]):
+                raise ConfigError(f"options.slices.{name}.{sname}: axis {sl.axis}, {sl.start}:{sl.stop} is empty or "
+                                  f"outside the output's shape {list(a.shape)}",
+                                  hint="a slice names an axis of the output and a non-empty start:stop on it")
+            cut.append(np.take(a, range(sl.start, min(stop, a.shape[axis])), axis=axis))
+    return cut
+
+
+def sample_numbers(sample: str, output: str, d: dict) -> dict:
+    """One sample's numbers for one output, as the record keeps them (every sample, not only the worst)."""
+    return {"sample": sample, "output": output, "cosine": round(float(d["cosine"]), 6),
+            "snr_db": round(float(d["snr_db"]), 2), "max_abs": float(f"{d['max_abs']:.4g}"),
+            "passed": not d["failures"]}
+
+
+def check(target_id: str, output_names: list[str], reference: list[list[np.ndarray]],
+          compiled: list[list[np.ndarray]], thresholds: Thresholds, emulator_seconds: float | None,
+          precision: str = "fp16", inputs_note: str | None = None,
+          sample_names: list[str] | None = None, argmax: dict[str, float] | None = None,
+          slices: dict[str, dict[str, OutputSlice]] | None = None) -> Verification:
+    """Every output judged on its own, on every sample: a small output that disagrees is not hidden by
+    large ones that agree. The worst sample of each output is named; every sample's numbers are kept.
+    An output with declared ``slices`` is judged slice by slice (box pixels apart from class scores).
+
+    ``argmax``: outputs judged by the class they pick (the argmax over the last axis, at every other
+    position) instead of their values: at most that share of positions may pick differently."""
+    reference = [cut_slices(output_names, o, slices) for o in reference]
+    compiled = [cut_slices(output_names, o, slices) for o in compiled]
+    output_names = sliced_names(output_names, slices)
+    per_output: dict[str, dict] = {}
+    per_sample: list[dict] = []
+    peaks = {n: max((float(np.max(np.abs(np.asarray(o[k], dtype=np.float64)))) if np.asarray(o[k]).size else 0.0)
+                    for o in reference) for k, n in enumerate(output_names)} if reference else {}
+    names = sample_names or [f"sample {i}" for i in range(len(reference))]
+    for sample, ref_outs, got_outs in zip(names, reference, compiled):
+        if len(ref_outs) != len(got_outs):
+            raise VerifyError(f"{target_id}: the binary gives {len(got_outs)} outputs, the graph {len(ref_outs)}")
+        for name, r, g in zip(output_names, ref_outs, got_outs):
+            if np.asarray(r).size != np.asarray(g).size:
+                raise VerifyError(f"{target_id}: output '{name}' has {np.asarray(g).size} elements, "
+                                  f"expected {np.asarray(r).size}")
+            d = judge(r, g, thresholds, peak=peaks.get(name))
+            d["peak_cpu"] = float(np.max(np.abs(np.asarray(r, dtype=np.float64)))) if np.asarray(r).size else 0.0
+            d["sample"] = sample
+            garbage = _fp16_garbage(g) if precision == "fp16" else None
+            if garbage:
+                d["failures"].append(garbage)
+            per_sample.append(sample_numbers(sample, name, d))
+            old = per_output.get(name)
+
+            def badness(x: dict) -> tuple:  # a one-number output's worst sample is its largest relative error
+                return (bool(x["failures"]), x.get("relative_error", 0.0), -x["cosine"], -x["snr_db"])
+
+            if old is None or badness(d) > badness(old):
+                per_output[name] = d
+    # one-number outputs are judged by their relative error: their cosine (a sign) stays out of the overall
+    # numbers unless every output is one number, where the overall cosine is 1 - the worst relative error
+    for name, limit in (argmax or {}).items():
+        if name in per_output:
+            rates = _judge_argmax(per_output[name], output_names.index(name), reference, compiled, names, limit)
+            for d in per_sample:  # an output judged by the class it picks passes or fails by that, per sample
+                if d["output"] == name:
+                    d.update(judged_by="argmax", flip_rate=round(rates[d["sample"]], 4),
+                             passed=rates[d["sample"]] <= limit)
+    vectors = [d for d in per_output.values() if "relative_error" not in d] or [
+        {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
+    return _conclude(target_id, per_output, vectors, thresholds, precision, inputs_note, emulator_seconds,
+                     len(reference), per_sample)
+
+
+def _conclude(target_id: str, per_output: dict[str, dict], vectors: list[dict], thresholds: Thresholds,
+              precision: str, inputs_note: str | None, emulator_seconds: float | None, samples: int,
+              per_sample: list[dict]) -> Verification:
+    """The verdict over every output judged: raise naming the worst failing output, or the Verification."""
+    overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")}) for d in vectors])
+    failing = {n: d for n, d in per_output.items() if d["failures"]}
+    worst_name = (min(failing, key=lambda n: (failing[n]["cosine"], failing[n]["snr_db"])) if failing else
+                  min(per_output, key=lambda n: (per_output[n]["cosine"], per_output[n]["snr_db"])))
+    if failing:
+        _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note, per_sample)
+    by = {d["passed_by"] for d in per_output.values()}
+    return Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
+                        emulator_seconds=emulator_seconds, samples=samples, worst_output=worst_name,
+                        per_sample=per_sample,
+                        passed_by="max_abs" if "max_abs" in by else "argmax" if "argmax" in by else "cosine")
+
+
+def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit: float) -> dict[str, float]:
+    """An output an app reads by its argmax (a CTC recognizer's classes per time step, a classifier):
+    judged by how many positions pick another class than CPU, not by its probabilities' values."""
+    flips = positions = 0
+    worst = (0.0, None)
+    per_sample_rate: dict[str, float] = {}
+    broken = []  # NaN or HTP garbage in any sample: never passed on the class picked
+    for sample, r, g in zip(names, reference, compiled):
+        a, b = np.asarray(r[k]), np.asarray(g[k])
+        bad = int(np.count_nonzero(~np.isfinite(b.astype(np.float64))))
+        if bad:
+            broken.append(f"{bad} NaN/Inf values on {sample}")
+        garbage = _fp16_garbage(b)
+        if garbage:
+            broken.append(f"{garbage} on {sample}")
+        if a.shape[-1] < 2:
+            broken.append(f"argmax over a last axis of size {a.shape[-1]}: there is no class to pick")
+        differ = a.reshape(-1, a.shape[-1]).argmax(-1) != b.reshape(-1, b.shape[-1]).argmax(-1)
+        flips, positions = flips + int(differ.sum()), positions + differ.size
+        worst = max(worst, (float(differ.mean()), sample), key=lambda x: x[0])
+        per_sample_rate[sample] = float(differ.mean())
+    d.update(argmax_flips=flips, argmax_positions=positions)
+    kept = sorted(set(broken), key=broken.index)
+    if flips > limit * positions:
+        kept.append(f"{flips} of {positions} positions pick another class than CPU "
+                    f"({100 * flips / positions:.1f}% > {100 * limit:.1f}%; worst {worst[1]})")
+        d["sample"] = worst[1]
+    d["failures"] = kept
+    if not kept:
+        d["passed_by"] = "argmax"
+    return per_sample_rate
+
+
+def _fp16_garbage(got: np.ndarray) -> str | None:
+    g = np.asarray(got, dtype=np.float64)
+    big = np.abs(g[np.isfinite(g)]) > FP16_MAX
+    if not big.any():
+        return None
+    return (f"{int(big.sum())} value(s) beyond fp16's ±65504 (e.g. {g[np.isfinite(g)][big][0]:.6g}): HTP makes no "
+            "NaN/inf, values out there are its garbage from an invalid operation upstream")
+
+
+def _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note,
+                   per_sample) -> None:
+    d = failing[worst_name]
+    near_zero = d["peak_cpu"] < 0.05
+    hint = (f"the CPU values of '{worst_name}' are near zero on these inputs (max |y| {d['peak_cpu']:.3g}): "
+            f"give the model real samples (`samples:` in the matrix) on which it has a range, or an absolute tolerance "
+            f"options.verify.{precision}.max_abs"
+            if near_zero else HINTS.get(precision, HINTS["fp16"]))
+    if inputs_note and inputs_note.startswith("generated"):
+        hint += "; verified on generated inputs only"
+    if any("beyond fp16" in f for f in d["failures"]):
+        hint = ("HTP produced values no fp16 op can (ci_tools/compile/htp_quirks.py lists the known causes): give the "
+                "model real samples so the build's fp16 range check names the node; " + HINTS["fp16"])
+    more = f" ({len(failing)} of {len(per_output)} outputs fail)" if len(per_output) > 1 else ""
+    on = f" on {d['sample']}" if d.get("sample") else ""
+    raise VerifyError(f"{target_id}: output '{worst_name}' differs from CPU{on}: "
+                      f"{'; '.join(d['failures'])}{more}",
+                      hint=hint, details={"per_output": per_output, "worst_output": worst_name,
+                                          "per_sample": per_sample, "thresholds": thresholds.model_dump(),
+                                          "verify_inputs": inputs_note})
+
+
+def check_streams(target_id: str, output_names: list[str], streams: list[str],
+                  reference: list[list[list[np.ndarray]]], compiled: list[list[list[np.ndarray]]],
+                  thresholds: Thresholds, stream: Stream, emulator_seconds: float | None,
+                  precision: str = "fp16", inputs_note: str | None = None,
+                  slices: dict[str, dict[str, OutputSlice]] | None = None) -> Verification:
+    """A stateful graph run as streams (HTP and CPU each carrying its own state): each output judged over
+    the whole sequence (its steps side by side), values outside the declared or CPU-observed range,
+    decision flips at the declared thresholds, and the carried state's drift at each stream's end."""
+    reference = [[cut_slices(output_names, o, slices) for o in s] for s in reference]
+    compiled = [[cut_slices(output_names, o, slices) for o in s] for s in compiled]
+    output_names = sliced_names(output_names, slices)
+    per_output: dict[str, dict] = {}
+    per_sample: list[dict] = []
+    steps = sum(len(s) for s in reference)
+    for k, name in enumerate(output_names):
+        r = [np.asarray(step[k], dtype=np.float64).ravel() for s in reference for step in s]
+        g = [np.asarray(step[k], dtype=np.float64).ravel() for s in compiled for step in s]
+        where = [(sname, i) for sname, s in zip(streams, reference) for i in range(len(s))]
+        rr, gg = np.concatenate(r), np.concatenate(g)
+        at = 0
+        for sname, sr in zip(streams, reference):  # each stream's own numbers, over its steps
+            n = sum(np.asarray(step[k]).size for step in sr)
+            if n:
+                per_sample.append(sample_numbers(sname, name, judge(rr[at:at + n], gg[at:at + n], thresholds,
+                                                                    peak=float(np.max(np.abs(rr))))))
+            at += n
+        d = judge(rr, gg, thresholds, peak=float(np.max(np.abs(rr))) if rr.size else 0.0)
+        d["peak_cpu"] = float(np.max(np.abs(rr))) if rr.size else 0.0
+        errs = [float(np.max(np.abs(a - b))) if a.size else 0.0 for a, b in zip(r, g)]
+        w = int(np.argmax(errs))
+        d["worst_step"] = {"sample": where[w][0], "step": where[w][1], "max_abs": errs[w],
+                           "cpu": float(r[w][np.argmax(np.abs(r[w] - g[w]))]),
+                           "htp": float(g[w][np.argmax(np.abs(r[w] - g[w]))])}
+        d["sample"] = f"{where[w][0]} step {where[w][1]}"
+        lo, hi = stream.range.get(name, (float(rr.min()), float(rr.max())))
+        slack = 0.0 if name in stream.range else 0.01 * (hi - lo)  # fp16 rounding at the edges of what CPU spans
+        lo32, hi32 = np.nextafter(np.float32(lo - slack), np.float32(-np.inf)), np.nextafter(
+            np.float32(hi + slack), np.float32(np.inf))  # 1 fp32 ulp: HTP's float32 outputs read 1 ulp high
+        outside = (gg < lo32) | (gg > hi32)
+        if outside.any():
+            first = int(np.argmax(outside))
+            step_of = np.repeat(np.arange(len(g)), [a.size for a in g])[first]
+            d["outside_range"] = int(outside.sum())
+            d["failures"].append(f"{int(outside.sum())} value(s) outside [{lo:.4g}, {hi:.4g}] "
+                                 f"({'declared' if name in stream.range else 'what CPU spans'}), first "
+                                 f"{gg[first]:.6g} at {where[step_of][0]} step {where[step_of][1]}")
+        if name in stream.decisions:
+            th = stream.decisions[name]
+            flips = int(np.sum((rr > th) != (gg > th)))
+            d["decision_flips"] = flips
+            d["flip_rate"] = flips / max(1, rr.size)
+            if d["flip_rate"] > stream.max_flips:
+                d["failures"].append(f"{flips} of {rr.size} decisions at {th} differ from CPU "
+                                     f"({100 * d['flip_rate']:.1f}% > {100 * stream.max_flips:.1f}%)")
+        if name in stream.carry:  # how far the carried state has drifted at the end of each stream
+            ends = [(float(np.max(np.abs(np.asarray(sr[-1][k], np.float64) - np.asarray(sg[-1][k], np.float64)))),
+                     sname) for sname, sr, sg in zip(streams, reference, compiled) if sr]
+            drift, worst_end = max(ends) if ends else (0.0, None)
+            d["state_drift"] = drift
+            limit = stream.max_drift.get(name)
+            if limit is not None and drift > limit:
+                d["failures"].append(f"the carried state drifts {drift:.4g} from CPU by the end of "
+                                     f"{worst_end} (> stream.max_drift {limit})")
+        if precision == "fp16":
+            garbage = _fp16_garbage(gg)
+            if garbage:
+                d["failures"].append(garbage)
+        per_output[name] = d
+    return _conclude(target_id, per_output, list(per_output.values()), thresholds, precision, inputs_note,
+                     emulator_seconds, steps, per_sample)

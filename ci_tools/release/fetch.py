@@ -1,0 +1,206 @@
+"""The download client apps and build scripts use: the right archive for a device's chip.
+
+``fetch_model("owner/name@v1.0.0", "silero-vad", soc="sm8750-ac", dest=Path("models"))`` reads the
+release's ``manifest.json``, resolves the chip (aliases, ``adb shell getprop ro.soc.model``), downloads
+the archive and the ``qnn-libs`` of the same SDK version (retrying, resuming, checking sha256) and
+extracts them into ``dest`` once both have passed every check (``extract.py``).
+
+Failures, each one line with its exit code: no build for the chip ``NoBuildForChip`` (3: use the
+CPU model); a download that stopped making progress, GitHub unreachable or a sha256 mismatch
+``SourceError`` (4); a malformed manifest or a refused archive ``PackageError`` (9); no such
+release or asset, or a request GitHub refused ``PublishError`` (10); a model the release does not
+have ``UsageError`` (2). A failed or refused fetch leaves ``dest`` as it was: partial downloads
+wait in ``<cache>/downloads`` (``QNN_RELEASE_CACHE``) for the next run to resume them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..catalog.socs import UnknownSocError, load_catalog
+from ..errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
+from ..sources.download import discard, downloads_dir, fetch_verified
+from ..util.files import replace_dir, staging_dir
+from .extract import check_archive, extract_checked
+from .github import GitHub
+
+PRECISION_ORDER = ("fp16", "w8a16", "int8")
+
+
+@dataclass
+class FetchResult:
+    model: str
+    soc: str
+    precision: str
+    sdk_version: str
+    archive: str
+    path: str
+    qnn_libs: str | None
+    qnn_libs_path: str | None
+    files: list[str]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def soc_from_adb(serial: str | None = None) -> str:
+    adb = shutil.which("adb")
+    if not adb:
+        raise UsageError("--adb: no adb on PATH", hint="install Android platform-tools, or pass --soc")
+    argv = [adb, *(["-s", serial] if serial else []), "shell", "getprop", "ro.soc.model"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    value = r.stdout.strip()
+    if r.returncode == 0 and not value:  # no ro.soc.model (Android < 12): the kernel's soc_id
+        soc_id = subprocess.run([*argv[:-2], "cat", "/sys/devices/soc0/soc_id"], capture_output=True, text=True,
+                                timeout=30).stdout.strip()
+        value = f"soc_id:{soc_id}" if soc_id.isdigit() else ""
+    if r.returncode != 0 or not value:
+        raise UsageError(f"adb getprop ro.soc.model failed: {(r.stderr or 'no output').strip()[:200]}",
+                         hint="is the device connected and authorised (`adb devices`)?")
+    return value
+
+
+def _split(release: str) -> tuple[str, str]:
+    repo, sep, tag = release.partition("@")
+    if not sep or not tag or repo.count("/") != 1:
+        raise UsageError(f"--release {release!r}: expected OWNER/NAME@TAG")
+    return repo, tag
+
+
+_ASSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2")
+
+
+def _manifest_assets(manifest: object) -> list[dict]:
+    """The manifest's assets, each with a plain archive name and a sha256 (a name is used as a path)."""
+    assets = manifest.get("assets") if isinstance(manifest, dict) else None
+    if not isinstance(assets, list):
+        raise PackageError("manifest.json: no list of assets", hint="the release was not made by qnn-release package")
+    for a in assets:
+        name = a.get("name") if isinstance(a, dict) else None
+        if not isinstance(name, str) or not _ASSET.fullmatch(name) \
+                or not re.fullmatch(r"[0-9a-f]{64}", str(a.get("sha256"))):
+            raise PackageError(f"manifest.json: asset {str(name)[:80]!r} has no plain .tar.bz2 name or no sha256",
+                               hint="the release was not made by qnn-release package")
+        if a.get("kind") == "model" and (a.get("precision") not in PRECISION_ORDER
+                                         or not isinstance(a.get("sdk_version"), str)):
+            raise PackageError(f"manifest.json: model asset {name!r} has no precision or sdk_version",
+                               hint="the release was not made by qnn-release package")
+    return assets
+
+
+def _aliases(asset: dict) -> list[str]:
+    aliases = asset.get("soc_aliases")
+    return [a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else []
+
+
+def top_folder(asset: dict) -> str:
+    """The one folder ``package`` puts an archive's members in: the asset's name without .tar.bz2."""
+    return asset["name"].removesuffix(".tar.bz2")
+
+
+class _Downloader:
+    def __init__(self, gh: GitHub, release: dict, token: str | None, cache: Path, sleep):
+        self.gh, self.token, self.cache, self.sleep = gh, token, cache, sleep
+        self.where = f"{gh.repo}@{release.get('tag_name', '')}"
+        # the release object may list only some assets: page through all of them
+        self.assets = {a["name"]: a for a in gh.assets(release["id"])}
+
+    def url(self, name: str) -> tuple[str, dict]:
+        a = self.assets.get(name)
+        if a is None:
+            raise PublishError(f"{self.where}: the release has no asset {name}",
+                               hint="the manifest names an asset that was not uploaded: publish it again")
+        if self.token or not a.get("browser_download_url"):  # private repos and drafts: the API URL
+            return a["url"], {"Accept": "application/octet-stream"}
+        return a["browser_download_url"], {}
+
+    def manifest(self) -> dict:
+        url, headers = self.url("manifest.json")
+        r = self.gh.call("GET", url, "download manifest.json", headers=headers)  # small: retried whole
+        try:
+            manifest = json.loads(r.content)
+        except ValueError:
+            raise PackageError(f"{self.where}: manifest.json is not JSON",
+                               hint="the release was not made by qnn-release package") from None
+        _manifest_assets(manifest)
+        return manifest
+
+    def get(self, asset: dict) -> Path:
+        """The asset, whole and checked against the manifest's sha256, in the download cache."""
+        name = asset["name"]
+
+        def open_from(offset: int):
+            url, headers = self.url(name)
+            if offset:
+                headers = {**headers, "Range": f"bytes={offset}-"}
+            return self.gh.call("GET", url, f"download {name}", expect=(200, 206, 416), headers=headers,
+                                stream=True)
+
+        return fetch_verified(self.cache, asset["sha256"], open_from, what=f"{self.where}: {name}",
+                              pinned_by="the manifest", sleep=self.sleep)
+
+
+def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,
+                precision: str | None = None, token: str | None = None, api_url: str | None = None,
+                sleep=None, cache: Path | None = None) -> FetchResult:
+    repo, tag = _split(release)
+    if soc is None and adb is None:
+        raise UsageError("give --soc CHIP or --adb [SERIAL]")
+    spelling = soc if soc is not None else soc_from_adb(adb if isinstance(adb, str) else None)
+    try:
+        chip = load_catalog().resolve(spelling)
+    except UnknownSocError:
+        raise NoBuildForChip(f"no NPU build of {model} for {spelling.strip()}: use the CPU model",
+                             hint="this chip is not in qnn-release's catalog") from None
+    gh = GitHub(repo, token=token, api_url=api_url, give_up=SourceError, **({"sleep": sleep} if sleep else {}))
+    rel = gh.release_by_tag(tag)
+    if rel is None:
+        raise PublishError(f"{repo}: no published release {tag}", hint="check the tag (drafts are not visible)")
+    dl = _Downloader(gh, rel, token, downloads_dir(cache), gh.sleep)
+    manifest = dl.manifest()
+    assets = _manifest_assets(manifest)
+    candidates = [a for a in assets if a.get("kind") == "model" and a.get("model") == model
+                  and (a.get("soc") == chip.name or chip.name.lower() in _aliases(a))]
+    if precision:
+        candidates = [a for a in candidates if a.get("precision") == precision]
+    if not candidates:
+        known = sorted({str(a.get("model")) for a in assets if a.get("kind") == "model"})
+        if model not in known:
+            raise UsageError(f"{release}: no model {model!r} in this release", hint=f"models: {', '.join(known)}")
+        raise NoBuildForChip(f"no NPU build of {model} for {chip.name}"
+                             + (f" ({precision})" if precision else "") + ": use the CPU model")
+    asset = min(candidates, key=lambda a: PRECISION_ORDER.index(a["precision"]))
+    libs = next((a for a in assets if a.get("kind") == "qnn-libs"
+                 and a.get("sdk_version") == asset.get("sdk_version")), None)
+    wanted = [asset] + ([libs] if libs else [])
+    dest = Path(dest)
+    # a failed download keeps what arrived in the cache: the same command resumes it
+    downloaded = [dl.get(a) for a in wanted]
+    try:
+        # every member of every archive checked before anything is written
+        checked = [check_archive(path, top_folder(a)) for a, path in zip(wanted, downloaded)]
+        files: list[Path] = []
+        with staging_dir(dest, ".fetch.") as tmp:
+            for path, members in zip(downloaded, checked):
+                files += [dest / f for f in extract_checked(path, members, tmp)]
+            for a in wanted:  # an earlier fetch of the same archive is swapped out only now
+                replace_dir(tmp / top_folder(a), dest / top_folder(a))
+    except OSError as e:
+        raise UsageError(f"--dest {dest}: cannot write there: {e.strerror or e}",
+                         hint="check the path and its permissions; nothing was changed") from None
+    finally:
+        for path in downloaded:  # extracted or refused: a checked archive is not kept
+            discard(path)
+    return FetchResult(model=model, soc=chip.name, precision=asset["precision"], sdk_version=asset["sdk_version"],
+                       archive=asset["name"], path=str(dest / top_folder(asset)),
+                       qnn_libs=libs["name"] if libs else None,
+                       qnn_libs_path=str(dest / top_folder(libs)) if libs else None,
+                       files=sorted(str(f) for f in files))
+
+
+__all__ = ["FetchResult", "NoBuildForChip", "QnnReleaseError", "fetch_model", "soc_from_adb"]

@@ -1,0 +1,30 @@
+"""Mirror a packaged release to a Hugging Face repo, in one commit (``<tag>/<asset>``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import PublishError
+from .publish import local_assets, release_dir
+
+
+def mirror(dist: Path, repo: str, tag: str, *, dry_run: bool = False, api=None) -> str:
+    folder = release_dir(dist)
+    _, files = local_assets(folder)
+    if dry_run:
+        return f"would commit {len(files)} files to huggingface.co/{repo} under {tag}/"
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = api or HfApi(token=os.environ.get("HF_TOKEN") or None)
+    ops = [CommitOperationAdd(path_in_repo=f"{tag}/{name}", path_or_fileobj=str(path)) for name, path, _, _ in files]
+    try:
+        info = api.create_commit(repo_id=repo, operations=ops, commit_message=f"qnn-release {tag}")
+    except HfHubHTTPError as e:
+        raise PublishError(f"Hugging Face mirror {repo}: {str(e).splitlines()[0][:200]}",
+                           hint="check HF_TOKEN (write access) and the repo id") from None
+    except (OSError, ValueError) as e:  # connection errors, unexpected answers
+        raise PublishError(f"Hugging Face mirror {repo}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                           hint="check HF_ENDPOINT and the network") from None
+    return f"mirrored {len(files)} files to {repo} in one commit {getattr(info, 'oid', '')}"

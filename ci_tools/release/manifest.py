@@ -1,0 +1,97 @@
+"""``manifest.json``: the contract between a release and every client that picks an archive from it.
+
+``package`` writes it (validated against this model), ``fetch``, ``qnn-fetch.sh`` and the Java
+resolver read it. The JSON Schema is generated from this model into ``ci_tools/schemas/`` and
+checked for staleness (``qnn-release schema --check``); the README's "Choosing an archive" section
+describes, in words, how a client picks an asset.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..paths import REPO_ROOT
+
+SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "manifest.schema.json"
+MANIFEST_VERSION = 1
+# what a client tries first when the release has several precisions for one model and chip
+PRECISION_ORDER = ("fp16", "w8a16", "int8")
+
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the asset's bytes, lower-case hex")]
+AssetName = Annotated[str, Field(pattern=r"^[^/\\]+$", description="the release asset's file name (no folders)")]
+
+
+class _A(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: AssetName
+    size: int = Field(ge=0, description="bytes")
+    sha256: Sha256
+
+
+class ModelAsset(_A):
+    """One model compiled for one chip at one precision: ``<model>-<soc>-<precision>-qnn<sdk>.tar.bz2``."""
+
+    kind: Literal["model"]
+    model: str = Field(description="the model's name in the matrix")
+    soc: str = Field(description="the chip it was compiled for: an upper-case part name (SM8750)")
+    soc_aliases: list[str] = Field(description="lower-case spellings of that chip this archive answers to "
+                                   "(the part name first); a client matches the chip it resolved against "
+                                   "`soc` or, lower-cased, against these")
+    precision: Literal["fp16", "w8a16", "int8"]
+    sdk_version: str = Field(description="the QNN version the binaries were compiled with; the runtime "
+                             "libraries shipped beside them must be of this version")
+    graphs: list[str] = Field(min_length=1, description="the model's graphs, each a context binary in the archive")
+    soc_model: int | None = Field(default=None, description="QNN soc_model id of the chip")
+    htp_arch: str | None = Field(default=None, pattern=r"^v\d+$", description="Hexagon arch, e.g. v79")
+    qnn_libs: str | None = Field(default=None, description="the qnn-libs asset of the same SDK version, if shipped")
+    verified: bool | None = Field(default=None, description="every graph was run on the HTP emulator "
+                                  "and matched ONNX Runtime on CPU")
+    verified_on: Literal["real-samples", "generated-inputs", "not-verified"] | None = Field(
+        default=None, description="the verdict of the least verified graph: verified on real samples, on "
+        "generated inputs only, or not verified")
+    cosine: float | None = Field(default=None, description="the lowest cosine similarity vs CPU over the graphs")
+    compile_seconds: float | None = Field(default=None, description="compile time of all graphs together")
+
+
+class LibsAsset(_A):
+    """The QNN runtime libraries (``qnn-libs-<version>.tar.bz2``) or headers (``qnn-include-...``)."""
+
+    kind: Literal["qnn-libs", "qnn-include"]
+    sdk_version: str
+    htp_archs: list[str] = Field(description="the Hexagon archs whose skel libraries are included")
+
+
+Asset = Annotated[ModelAsset | LibsAsset, Field(discriminator="kind")]
+
+
+class Manifest(BaseModel):
+    """Every asset of one release with its sha256, and for each model archive the chip and precision."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    manifest_version: Literal[1] = Field(description="changes only when a client would read it differently")
+    tag: str | None = Field(description="the release tag, or null when packaged without one")
+    toolkit: str = Field(description="the qnn-release version that packaged it")
+    sdk_versions: list[str] = Field(description="every QNN version of the release's assets")
+    images: list[str] = Field(default=[], description="the container images (name:tag@sha256:...) the "
+                              "binaries were compiled in, when built in CI")
+    skipped: list[str] = Field(default=[], description="model/chip/precision combinations not released "
+                               "(some graph failed), with the reason")
+    warnings: list[str] = Field(default=[], description="what a user must know, e.g. binaries compiled with "
+                                "another QNN version than the matrix pins")
+    assets: list[Asset] = Field(description="sorted by name")
+
+
+def validate_manifest(data: dict) -> Manifest:
+    return Manifest.model_validate(data)
+
+
+def json_schema() -> str:
+    schema = Manifest.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "qnn-release manifest.json"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,462 @@
+"""``qnn-release package``: per-chip archives, qnn-libs, manifest, SHA256SUMS and release notes.
+
+Reads ``dist/build-report.json``; writes ``dist/release/`` (the assets to publish) atomically.
+A consistency gate refuses a release whose binaries were compiled with another SDK version
+than the qnn-libs shipped beside them, or for another chip than their name says.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..compile import qnn_ep
+from ..compile.verify import VERDICTS, verdict
+from ..errors import PackageError
+from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
+from ..prepare.graph import Prepared, generate_inputs, run_cpu
+from ..prepare.quantize import BITS
+from ..sources.store import sha256_file
+from ..util.files import replace_dir, write_atomic, write_json
+from .archive import make_tar_bz2
+from .clients import write_fetch_sh
+from .metadata import METADATA_VERSION, Metadata
+from .page import write_page
+from .qnn_libs import build_qnn_libs
+from .qnn_libs import sdk_version as libs_version
+from .templating import render
+
+RELEASE_DIR = "release"
+
+
+@dataclass
+class PackageResult:
+    release: Path
+    assets: list[dict]
+    notes: Path | None
+
+
+def compiled_for(ctx: Path) -> dict:
+    """What a stub says its binary was compiled for: route, SDK version, HTP arch, soc_model."""
+    import onnx
+
+    m = onnx.load(str(ctx), load_external_data=False)
+    props = {p.key: p.value for p in m.metadata_props}
+    sdk = next((a.s.decode() for n in m.graph.node if n.op_type == "EPContext"
+                for a in n.attribute if a.name == "ep_sdk_version"), "")
+    if qnn_ep.COMPAT_KEY in props:
+        info = qnn_ep.read_compat(ctx)
+        return {"route": "ort", "sdk": (info.sdk_version or info.qnn_version).lstrip("v"),
+                "htp_arch": info.htp_arch, "soc_model": info.soc_model}
+    if "qnn_release.route" in props:
+        return {"route": props["qnn_release.route"], "sdk": sdk.lstrip("v"),
+                "htp_arch": int(props["qnn_release.htp_arch"]), "soc_model": int(props["qnn_release.soc_model"])}
+    raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")
+
+
+def stub_io_names(ctx: Path, prep: Prepared) -> dict[str, str]:
+    """ONNX name -> the stub's name for every graph input and output (the same unless the stub says)."""
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(str(ctx), load_external_data=False).metadata_props}
+    names = json.loads(props.get("qnn_release.io_names", "{}"))
+    return {t.name: names.get(t.name, t.name) for t in [*prep.inputs, *prep.outputs]}
+
+
+def version_core(version: str | None) -> str | None:
+    """``major.minor.patch.build`` of a QNN version, whatever build stamp follows (v2.40.0.251030123456_1)."""
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)\.(\d{6})", version or "")
+    return ".".join(m.groups()) if m else None
+
+
+def sdk_sha256(root: Path) -> str | None:
+    """The sha256 of the zip an SDK tree was unpacked from, as ``sdk fetch`` recorded it beside the tree."""
+    from ..qairt_zip import MARKER
+
+    try:
+        return json.loads((root / MARKER).read_text()).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def _git_commit() -> str | None:
+    from ..paths import REPO_ROOT
+
+    try:
+        r = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _repo_revision(src) -> tuple[str, str | None]:
+    if isinstance(src, HfSource):
+        return src.repo, src.revision
+    if isinstance(src, PipSource):
+        name, version = src.package.split("==")
+        return name, version
+    if isinstance(src, UrlSource):
+        return src.url, None
+    if isinstance(src, PartsSource):
+        pins = [_repo_revision(s) for s in src.sources]
+        return " + ".join(r for r, _ in pins), " + ".join(v or "-" for _, v in pins)
+    assert isinstance(src, PathSource)
+    return src.path, _git_commit()
+
+
+def _source_info(model: Model, prepared: list[Prepared]) -> dict:
+    src = model.source
+    repo, rev = _repo_revision(src)
+    return {"name": model.name, "description": model.description, "license": model.license,
+            "source_kind": src.kind, "repo": repo, "revision": rev,
+            "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
+
+
+def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, bytes]]:
+    import io
+
+    feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges)
+    (expected,) = run_cpu(prep.path, feeds)
+    members = []
+    for kind, names, arrays in (("inputs", [t.name for t in prep.inputs], [feeds[0][t.name] for t in prep.inputs]),
+                                ("outputs", [t.name for t in prep.outputs], expected)):
+        for name, arr in zip(names, arrays):
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(arr), allow_pickle=False)
+            safe = name.replace("/", "_")
+            members.append((f"{top}/sample/{prep.graph}/{kind}/{safe}.npy", buf.getvalue()))
+    return members
+
+
+def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
+            matrix: Path | None = None, notes_dir: Path | None = None,
+            device_numbers: Path | None = None, require_verified: bool = False) -> PackageResult:
+    report_path = out / "build-report.json"
+    try:
+        report = json.loads(report_path.read_text())
+    except FileNotFoundError:
+        raise PackageError(f"{report_path}: no build report", hint="run `qnn-release build` first") from None
+    except ValueError as e:
+        raise PackageError(f"{report_path}: not valid JSON: {e}") from None
+    loaded: LoadedMatrix = load_matrix(matrix or report["matrix"])
+    on_device = _device_numbers(device_numbers)
+    prepared = {(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.get("prepared", [])}
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for r in report["targets"]:
+        groups.setdefault((r["model"], r["soc"], r["precision"]), []).append(r)
+
+    complete, skipped = {}, []
+    for key, records in sorted(groups.items()):
+        model = loaded.matrix.model(key[0])
+        ok = [r for r in records if r["status"] in ("ok", "cached")]
+        if len(ok) != len(model.graphs):
+            skipped.append(f"{key[0]}/{key[1]}/{key[2]} ({len(ok)} of {len(model.graphs)} graphs built)")
+            continue
+        complete[key] = ok
+    if not complete:
+        raise PackageError(f"{report_path}: no model has every graph built for any chip",
+                           hint="fix the failed targets and build again")
+    unverified = [r["id"] for records in complete.values() for r in records if not r.get("verified")]
+    if require_verified and unverified:
+        raise PackageError(f"--require-verified: {len(unverified)} target(s) were never run on the HTP emulator: "
+                           + ", ".join(unverified[:6]) + (" ..." if len(unverified) > 6 else ""),
+                           hint="build them with a route that has an emulator (qnn-net-run in the SDK, or ort)")
+    generated = sorted({r["model"] for records in complete.values() for r in records
+                        if verdict(r) == "generated-inputs"
+                        and not loaded.matrix.model(r["model"]).generated_inputs_ok})
+    if require_verified and generated:
+        raise PackageError(f"--require-verified: {', '.join(generated)} verified on generated inputs only",
+                           hint="give the model real samples (`samples:` in the matrix), or say why generated "
+                                "inputs are enough with `generated_inputs_ok: <why>`")
+
+    # the consistency gate: compiled SDK and chip, read back from every binary's stub
+    offenders, sdks, archs = [], set(), set()
+    for (_, soc_name, _), records in complete.items():
+        soc = loaded.catalog.get(soc_name)
+        archs.add(soc.htp_arch)
+        for r in records:
+            folder = out / r["id"]
+            try:
+                target = json.loads((folder / "target.json").read_text())
+            except (OSError, ValueError):
+                offenders.append(f"{r['id']}: no finished build in {folder}")
+                continue
+            if target.get("key") != r.get("key"):
+                offenders.append(f"{r['id']}: {folder} holds another build than the report")
+                continue
+            got = compiled_for(folder / target["context_onnx"])
+            sdks.add(got["sdk"])
+            r["_sdk"] = got["sdk"]
+            if (got["htp_arch"], got["soc_model"]) != (soc.htp_arch, soc.soc_model):
+                offenders.append(f"{r['id']}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
+                                 f"not {soc.name} ({soc.arch}/{soc.soc_model})")
+    libs_ver = libs_version(qnn_sdk) if qnn_sdk else None
+    if qnn_sdk and not version_core(libs_ver):
+        raise PackageError(f"--qnn-sdk {qnn_sdk}: cannot tell its QNN version from the folder name",
+                           hint="point it at qairt/<major.minor.patch.build>")
+    libs_sha = sdk_sha256(qnn_sdk) if qnn_sdk else None
+    for records in complete.values():
+        for r in records:
+            sdk = r.get("_sdk")
+            if sdk is None:
+                continue
+            if libs_ver and version_core(sdk) != version_core(libs_ver):
+                offenders.append(f"{r['id']}: compiled with QNN {sdk or '(no version)'}, "
+                                 f"the release ships qnn-libs-{libs_ver}")
+            elif libs_sha and r.get("sdk_sha256") and r["sdk_sha256"] != libs_sha:
+                offenders.append(f"{r['id']}: compiled with the SDK zip sha256 {r['sdk_sha256'][:12]}..., the "
+                                 f"qnn-libs come from {libs_sha[:12]}... (same version string, other content)")
+    if not libs_ver and len(sdks) > 1:
+        offenders.append(f"binaries of several SDK versions in one release: {', '.join(sorted(sdks))}")
+    if offenders:
+        raise PackageError(f"release refused, {len(offenders)} inconsistent binaries: " + "; ".join(offenders),
+                           hint="rebuild them with one SDK version (and ship that version's qnn-libs)")
+
+    release = out / RELEASE_DIR
+    tmp = Path(tempfile.mkdtemp(prefix=".release.", dir=out))
+    try:
+        assets = []
+        libs_name = None
+        if qnn_sdk:
+            libs, inc = build_qnn_libs(qnn_sdk, sorted(archs), tmp)
+            libs_name = libs.name
+            for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include")):
+                assets.append({"name": path.name, "kind": kind, "sdk_version": libs_ver, "htp_archs":
+                               [f"v{a}" for a in sorted(archs)]})
+        metas: dict[str, dict] = {}  # archive name -> its metadata.json, for the release page
+        for (model_name, soc_name, precision), records in sorted(complete.items()):
+            model, soc = loaded.matrix.model(model_name), loaded.catalog.get(soc_name)
+            sdk = records[0]["_sdk"]
+            # asset names carry the pinned version (major.minor.patch.build), not a binary's build stamp
+            stem = f"{model_name}-{soc_name.lower()}-{precision}-qnn{version_core(sdk) or sdk}"
+            members: list[tuple[str, Path | bytes]] = []
+            graphs, numbers, preps = [], {}, []
+            by_graph = {r["graph"]: r for r in records}
+            for g in model.graphs:
+                r = by_graph[g.name]
+                target = json.loads((out / r["id"] / "target.json").read_text())
+                prep = prepared.get((model_name, g.name))
+                if prep is None or not prep.path.is_file():
+                    raise PackageError(f"{r['id']}: the prepared graph is gone from the cache",
+                                       hint="run `qnn-release build` again (nothing recompiles)")
+                preps.append(prep)
+                binary = out / r["id"] / target["binaries"][0]
+                members += [(f"{stem}/{target['context_onnx']}", out / r["id"] / target["context_onnx"]),
+                            (f"{stem}/{binary.name}", binary)]
+                if model.verify is None:  # a speech model ships a clip instead (below)
+                    members += _sample_members(stem, prep, model.calibration.seed)
+                graphs.append({"name": g.name, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
+                               "stub_io": stub_io_names(out / r["id"] / target["context_onnx"], prep),
+                               "parameters": prep.parameters or None,
+                               "source_parameters": prep.source_parameters or None,
+                               "inputs": [t.__dict__ for t in prep.inputs],
+                               "outputs": [t.__dict__ for t in prep.outputs],
+                               "context_onnx": target["context_onnx"], "binary": binary.name,
+                               "size": binary.stat().st_size, "sha256": sha256_file(binary)})
+                # a transcript verification adds its numbers to the report after the target was written
+                target = {**target, **{k: r[k] for k in ("verified", "verified_on", "parity", "emulator_seconds",
+                                                         "transcript") if r.get(k) is not None}}
+                emu = target.get("emulator_seconds")
+                numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
+                                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
+                                   "verified": bool(target.get("verified")),
+                                   "verification": verification(model, target)}
+            transcript, readme = None, {"whisper": False}
+            if model.verify is not None:
+                from ..recipes.whisper.package import archive_extras, readme_context
+
+                extra, transcript = archive_extras(report, model, soc, records, stem, loaded.root)
+                members += extra
+                readme = readme_context(stem, extra, [g["binary"] for g in graphs])
+            names = {m[0] for m in members}
+            if len(names) != len(members):
+                raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
+            act, weight = BITS[precision]
+            meta = _metadata({
+                "metadata_version": METADATA_VERSION, "toolkit": f"qnn-release {__version__}",
+                "toolkit_commit": _git_commit(), "created": max(r.get("created", "") for r in records) or None,
+                "chip": {"name": soc.name, "marketing": soc.marketing, "soc_model": soc.soc_model,
+                         "htp_arch": soc.arch, "vtcm_mb": soc.vtcm_mb, "aliases": soc.aliases},
+                "sdk": {"route": records[0]["backend"], "qnn_version": sdk, "tool": report["sdk_version"],
+                        "sdk_sha256": records[0].get("sdk_sha256"), "image": records[0].get("image")},
+                "model": _source_info(model, preps), "graphs": graphs,
+                "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
+                                 "calibration_sha256": records[0].get("calibration_sha256"),
+                                 "weight_scales": records[0].get("weight_scales")},
+                "numbers": numbers, "runtime_libs": libs_name,
+                "on_device": on_device.get(f"{model_name}/{soc_name}/{precision}", {}),
+                "transcript": transcript,
+            })
+            meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+            members += [(f"{stem}/metadata.json", meta_json.encode()),
+                        (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, **readme).encode()),
+                        (f"{stem}/LICENSE", _licence(loaded, model, meta))]
+            archive = make_tar_bz2(tmp / f"{stem}.tar.bz2", members)
+            metas[archive.name] = meta.model_dump(mode="json")
+            assets.append({"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
+                           "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
+                           "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
+                           "graphs": [g["name"] for g in graphs], "qnn_libs": libs_name,
+                           "verified": all(r.get("verified") for r in records),
+                           "verified_on": _weakest(verdict(r) for r in records),
+                           "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
+                           "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)})
+        for a in assets:
+            path = tmp / a["name"]
+            a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
+        warnings = _sdk_warnings(loaded, {a["sdk_version"] for a in assets if a["kind"] == "model"})
+        manifest = {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}",
+                    "warnings": warnings,
+                    "sdk_versions": sorted({a["sdk_version"] for a in assets}),
+                    "images": sorted({r["image"] for rs in complete.values() for r in rs if r.get("image")}),
+                    "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
+        notes_path = None
+        if tag:
+            notes_dir = notes_dir or loaded.root / "release_notes"
+            prev = previous or _previous_manifest(notes_dir, tag)
+            notes = render("release_notes.md.j2", tag=tag, manifest=manifest,
+                           changes=_changes(manifest, prev), previous=prev)
+            write_atomic(tmp / "RELEASE_NOTES.md", notes)
+            notes_path = notes_dir / f"{tag}.md"
+        _manifest_contract(manifest)
+        write_json(tmp / "manifest.json", manifest)
+        client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
+        sums = "".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"])
+        write_atomic(tmp / "SHA256SUMS", sums + f"{sha256_file(client)}  {client.name}\n")
+        write_page(tmp, manifest, metas, report)  # index.html: the release page, last (it lists the others' sha256)
+        replace_dir(tmp, release)
+        tmp = None
+        if notes_path is not None:
+            write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())
+            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest)
+        return PackageResult(release=release, assets=manifest["assets"], notes=notes_path)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _sdk_warnings(loaded: LoadedMatrix, compiled: set[str]) -> list[str]:
+    """The matrix pins one QAIRT version; binaries compiled with another QNN say so in the notes."""
+    pinned = loaded.matrix.sdk.qairt[0].version
+    other = sorted(v for v in compiled if version_core(v) != version_core(pinned))
+    if not other:
+        return []
+    return [f"the binaries were compiled with QNN {', '.join(other)}, the matrix pins QAIRT {pinned}: the device "
+            f"needs the runtime libraries of {', '.join(other)}"]
+
+
+def _weakest(verdicts) -> str:
+    """An archive of several graphs is only as verified as its least verified graph."""
+    order = list(VERDICTS)
+    return max(verdicts, key=order.index, default="not-verified")
+
+
+def verification(model: Model, target: dict) -> dict | None:
+    """What a target's parity was measured on: the model's real samples, or generated inputs."""
+    if not target.get("verified"):
+        return None
+    v = verdict(target)
+    if target.get("transcript"):  # verified by what the chip's graphs transcribe from the model's clips
+        rec = model.verify.recordings
+        return {"inputs": "real" if v == "real-samples" else "generated", "verdict": v,
+                "source": rec.description if rec else model.verify.clips,
+                "samples": len(target["transcript"]["clips"]), "passed_by": None,
+                "description": ("recorded speech (transcript against CPU and the references)" if rec
+                                else "espeak-ng speech clips (transcript against CPU)")}
+    real = v == "real-samples"
+    source = (model.calibration.path if model.samples is None else model.samples.description) if real else \
+        f"seed {model.calibration.seed}"
+    return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
+            "description": target.get("verify_inputs"), "files": (target.get("samples") or {}).get("files"),
+            "samples": target.get("verify_samples"), "passed_by": target.get("passed_by"),
+            "per_sample": target.get("per_sample")}
+
+
+def _manifest_contract(manifest: dict) -> None:
+    import pydantic
+
+    from .manifest import validate_manifest
+
+    try:
+        validate_manifest(manifest)
+    except pydantic.ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise PackageError(f"manifest.json would break its schema at {'.'.join(map(str, err['loc']))}: "
+                           f"{err['msg']}") from None
+
+
+def _licence(loaded: LoadedMatrix, model: Model, meta: Metadata) -> bytes:
+    head = (f"{model.name}: {model.description}\nSPDX-License-Identifier: {model.license}\n"
+            f"Source: {meta.model.repo}{'@' + meta.model.revision if meta.model.revision else ''}\n")
+    if model.license_file is None:
+        return head.encode()
+    from ..sources.store import SourceStore, default_cache
+
+    files = SourceStore(default_cache(), loaded.root).fetch(model)
+    if model.license_file not in files:
+        raise PackageError(f"{model.name}: license_file {model.license_file} is not among the source files")
+    return (head + "\n" + files[model.license_file].read_text(errors="replace")).encode()
+
+
+def _metadata(fields: dict) -> Metadata:
+    import pydantic
+
+    try:
+        return Metadata.model_validate(fields)
+    except pydantic.ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise PackageError(f"metadata.json would be invalid at {where}: {err['msg']}",
+                           hint="on-device numbers must be plain numbers or strings") from None
+
+
+def _device_numbers(path: Path | None) -> dict[str, dict]:
+    """Numbers measured on real devices: {"<model>/<SOC>/<precision>": {"latency_ms": ..., "device": ...}}."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{path}: cannot read device numbers: {e}",
+                           hint='a JSON object {"model/SOC/precision": {"latency_ms": 1.2, "device": "..."}}') from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise PackageError(f"{path}: expected an object of objects keyed by model/SOC/precision")
+    return data
+
+
+def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:
+    candidates = sorted((p for p in notes_dir.glob("*.manifest.json") if p.name != f"{tag}.manifest.json"),
+                        key=lambda p: p.stat().st_mtime)
+    return candidates[-1] if candidates else None
+
+
+def _changes(manifest: dict, previous: Path | None) -> dict:
+    if previous is None:
+        return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
+    try:
+        data = json.loads(Path(previous).read_text())
+        if data.get("tag", "") is None and not data["assets"]:  # `previous-manifest` found no earlier release
+            return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
+        old = {a["name"]: a for a in data["assets"] if a["kind"] == "model"}
+    except (OSError, ValueError, KeyError) as e:
+        raise PackageError(f"{previous}: cannot read the previous manifest: {e}") from None
+
+    def ident(a):
+        return (a["model"], a["soc"], a["precision"])
+
+    old_by, new_by = ({ident(a): a for a in old.values()},
+                      {ident(a): a for a in manifest["assets"] if a["kind"] == "model"})
+    return {"added": sorted("/".join(k) for k in new_by.keys() - old_by.keys()),
+            "removed": sorted("/".join(k) for k in old_by.keys() - new_by.keys()),
+            "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys()
+                              if new_by[k]["sha256"] != old_by[k]["sha256"]),
+            "first": False, "previous_tag": data.get("tag")}

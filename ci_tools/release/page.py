@@ -1,0 +1,244 @@
+"""The release page: ``index.html``, one self-contained file with every model x chip of a release.
+
+Python decides what is on it (``page_data``: the grid per precision, the charts' bars, the assets
+with their sha256); ``templates/report/page.html.j2`` decides how it looks. No script, no external
+font, style or image (a Content-Security-Policy forbids them), no clock: the same release gives the
+same bytes. ``package`` writes it from the manifest, the archives' metadata and the build report;
+``qnn-release report`` writes it again for a packaged ``dist/release`` from its manifest and the
+metadata.json inside its archives.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+from urllib.parse import quote
+
+import jinja2
+
+from ..errors import PackageError
+from ..paths import TEMPLATES
+from ..sources.store import sha256_file
+from ..util.files import write_atomic
+from .manifest import PRECISION_ORDER
+
+PAGE = "index.html"
+# published beside the archives; listed on the page with their sha256 (index.html itself cannot be)
+EXTRA_FILES = ("qnn-fetch.sh", "RELEASE_NOTES.md", "SHA256SUMS", "manifest.json")
+STATUS = {"passed": ("✓", "verified on real samples"), "generated": ("✓?", "verified on generated inputs only"),
+          "unverified": ("○", "built, not verified"), "failed": ("✗", "failed"),
+          "incomplete": ("◐", "incomplete"), "absent": ("–", "not built")}
+BAR = {"label": 78, "width": 180, "row": 20, "text": 80}  # chart geometry in px
+
+
+@functools.lru_cache(maxsize=1)
+def page_env() -> jinja2.Environment:
+    e = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                           undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                           keep_trailing_newline=True)
+    e.filters["mb"] = size_text
+    e.filters["num"] = lambda x, fmt: "" if x is None else format(x, fmt)
+    return e
+
+
+def size_text(n: int | None) -> str:
+    return "" if n is None else f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def download_base(tag: str | None, repo: str | None = None) -> str | None:
+    """Where the assets are downloaded from: the GitHub release (when the repository is known), else
+    None (links relative to the page, which then sits beside the assets)."""
+    repo = repo or os.environ.get("GITHUB_REPOSITORY")
+    if not (repo and tag):
+        return None
+    server = os.environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+    return f"{server}/{repo}/releases/download/{quote(tag, safe='')}/"
+
+
+def _catalog():
+    from ..catalog.socs import load_catalog
+
+    try:
+        return load_catalog()
+    except Exception:  # the page is still made from the manifest alone
+        return None
+
+
+def _chip_info(name: str, metas: list[dict], cat) -> dict:
+    for m in metas:
+        if m.get("chip", {}).get("name") == name:
+            c = m["chip"]
+            return {"name": name, "marketing": c.get("marketing"), "arch": c.get("htp_arch")}
+    try:
+        soc = cat.get(name) if cat else None
+    except Exception:
+        soc = None
+    return {"name": name, "marketing": soc.marketing if soc else None, "arch": soc.arch if soc else None}
+
+
+def _ok_cell(asset: dict, meta: dict) -> dict:
+    numbers = list(meta.get("numbers", {}).values())
+    parity = [n["parity_vs_cpu"] for n in numbers if n.get("parity_vs_cpu")]
+    latency = [n.get("emulator_latency_ms") for n in numbers]
+    sizes = [g["size"] for g in meta.get("graphs", [])]
+    status = "passed" if asset.get("verified", True) and parity else "unverified"
+    if status == "passed" and asset.get("verified_on") != "real-samples":  # older manifests: not said, not real
+        status = "generated"
+    return {"status": status, "asset": asset["name"], "graphs": len(asset.get("graphs", [])),
+            "size": sum(sizes) if sizes else None,
+            "compile_seconds": asset.get("compile_seconds", sum(n["compile_seconds"] for n in numbers) or None),
+            "cosine": min(p["cosine"] for p in parity) if parity else asset.get("cosine"),
+            "snr_db": min(p["snr_db"] for p in parity) if parity else None,
+            "max_abs": max(p["max_abs"] for p in parity) if parity else None,
+            "by_max_abs": any((n.get("verification") or {}).get("passed_by") == "max_abs" for n in numbers),
+            "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
+            "transcript": _transcript(meta.get("transcript"))}
+
+
+def _transcript(t: dict | None) -> dict | None:
+    """A speech model's verification: HTP transcripts equal to CPU's, and the WER against the clips."""
+    if not t:
+        return None
+    return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"],
+            "cpu_wer_all": t.get("cpu_wer_all"), "cpu_clips_all": t.get("cpu_clips_all")}
+
+
+def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:
+    top = max((v for _, v, _ in rows), default=0) or 1
+    bars = [{"label": label, "value": v, "text": text, "y": i * BAR["row"],
+             "width": max(1, round(v / top * BAR["width"]))} for i, (label, v, text) in enumerate(rows)]
+    return {"title": title, "unit": unit, "bars": bars, "geometry": BAR,
+            "height": max(1, len(bars)) * BAR["row"], "total": BAR["label"] + BAR["width"] + BAR["text"]}
+
+
+def _slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(parts))
+
+
+def _verification(metas: list[dict]) -> dict[str, list[str]]:
+    out: dict[str, set[str]] = {}
+    for m in metas:
+        for n in m.get("numbers", {}).values():
+            v = n.get("verification")
+            if not v:
+                continue
+            what = (f"real inputs from {v['source']}" if v["inputs"] == "real" else
+                    f"generated inputs ({v['source']})") + (f", {v['samples']} sample(s)" if v.get("samples") else "")
+            out.setdefault(m["model"]["name"], set()).add(f"{m['quantization']['precision']}: {what}")
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def page_data(manifest: dict, metas: dict[str, dict], report: dict | None, files: dict[str, tuple[int, str]],
+              base: str | None) -> dict:
+    """Everything the page shows. ``files``: the release's other files (name -> (size, sha256))."""
+    cat = _catalog()
+    models_assets = [a for a in manifest.get("assets", []) if a.get("kind") == "model"]
+    cells: dict[tuple[str, str, str], dict] = {}
+    for a in models_assets:
+        cells[(a["precision"], a["soc"], a["model"])] = _ok_cell(a, metas.get(a["name"], {}))
+    for line in manifest.get("skipped", []):
+        m = re.match(r"^([^/]+)/([^/]+)/(\S+)\s*(.*)$", line)
+        if m:
+            cells.setdefault((m[3], m[2], m[1]), {"status": "incomplete", "error": m[4].strip("() ") or None})
+    failures = []
+    for r in (report or {}).get("targets", []):
+        if r.get("status") != "failed":
+            continue
+        failures.append({"id": r["id"], "error": r.get("error", ""), "exit_code": r.get("exit_code")})
+        key = (r["precision"], r["soc"], r["model"])
+        if cells.get(key, {}).get("status") in (None, "incomplete"):
+            cells[key] = {"status": "failed", "error": f"{r.get('graph', '')}: {r.get('error', '')}".strip(": ")}
+        elif cells[key]["status"] == "failed":
+            cells[key]["error"] += f"; {r.get('graph', '')}: {r.get('error', '')}"
+    for c in cells.values():
+        c["symbol"], c["text"] = STATUS[c["status"]]
+    order = {n: i for i, n in enumerate(cat.names())} if cat else {}
+    chips = sorted({k[1] for k in cells}, key=lambda n: (order.get(n, len(order)), n))
+    models = sorted({k[2] for k in cells})
+    precisions = [p for p in PRECISION_ORDER if any(k[0] == p for k in cells)]
+    all_metas = list(metas.values())
+    absent = {"status": "absent", "symbol": STATUS["absent"][0], "text": STATUS["absent"][1], "error": None}
+    grids = [{"precision": p, "id": _slug("grid", p),
+              "rows": [{"chip": _chip_info(c, all_metas, cat),
+                        "cells": [cells.get((p, c, m), absent) for m in models]} for c in chips]}
+             for p in precisions]
+    charts = []
+    for m in models:
+        for p in precisions:
+            built = [(c, cells[(p, c, m)]) for c in chips if cells.get((p, c, m), {}).get("asset")]
+            if not built:
+                continue
+            size = [(c, x["size"] / 1e6, size_text(x["size"])) for c, x in built if x["size"] is not None]
+            lat = [(c, x["latency_ms"], f"{x['latency_ms']:.3f} ms") for c, x in built if x["latency_ms"] is not None]
+            charts.append({"model": m, "precision": p, "id": _slug("chart", m, p),
+                           "size": _chart(f"{m} {p}: context binary size per chip", "MB", size),
+                           "latency": _chart(f"{m} {p}: HTP emulator latency per chip", "ms", lat) if lat else None})
+    count = {s: sum(c["status"] == s for c in cells.values()) for s in STATUS if s != "absent"}
+    assets = [{"name": a["name"], "kind": a["kind"], "size": a["size"], "sha256": a["sha256"],
+               "href": (base or "") + quote(a["name"])} for a in manifest.get("assets", [])]
+    assets += [{"name": n, "kind": "file", "size": size, "sha256": sha, "href": (base or "") + quote(n)}
+               for n, (size, sha) in files.items()]
+    return {"tag": manifest.get("tag"), "toolkit": manifest.get("toolkit"),
+            "sdk_versions": manifest.get("sdk_versions", []), "images": manifest.get("images", []),
+            "tools": sorted({f"{m['sdk']['route']}: {m['sdk']['tool']}" for m in all_metas if m.get("sdk")}),
+            "commits": sorted({m["toolkit_commit"] for m in all_metas if m.get("toolkit_commit")}),
+            "created": max((m.get("created") or "" for m in all_metas), default="") or None,
+            "models": models, "grids": grids, "charts": charts, "failures": failures, "count": count,
+            "verification": _verification(all_metas), "assets": assets, "statuses": STATUS,
+            "has_fetch_sh": "qnn-fetch.sh" in files}
+
+
+def render_page(data: dict) -> str:
+    return page_env().get_template("report/page.html.j2").render(**data)
+
+
+def _files(folder: Path) -> dict[str, tuple[int, str]]:
+    return {n: ((folder / n).stat().st_size, sha256_file(folder / n)) for n in EXTRA_FILES if (folder / n).is_file()}
+
+
+def write_page(folder: Path, manifest: dict, metas: dict[str, dict], report: dict | None,
+               base: str | None = None) -> Path:
+    data = page_data(manifest, metas, report, _files(folder), base or download_base(manifest.get("tag")))
+    write_atomic(folder / PAGE, render_page(data))
+    return folder / PAGE
+
+
+def read_metadata(archive: Path) -> dict:
+    """The metadata.json at the top of a model archive (read as a stream: nothing is extracted)."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for m in tar:
+                if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/metadata.json"):
+                    return json.load(tar.extractfile(m))
+    except (tarfile.TarError, OSError, ValueError) as e:
+        raise PackageError(f"{archive}: cannot read its metadata.json: {e}") from None
+    raise PackageError(f"{archive}: no metadata.json in it")
+
+
+def report(path: Path, repo: str | None = None) -> Path:
+    """``qnn-release report``: index.html for a packaged release folder (``dist`` or ``dist/release``)."""
+    from .publish import release_dir
+
+    try:
+        folder = release_dir(Path(path))
+    except Exception as e:
+        raise PackageError(str(e).split(" (hint")[0], hint="run `qnn-release package` first") from None
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except ValueError as e:
+        raise PackageError(f"{folder / 'manifest.json'}: not valid JSON: {e}") from None
+    metas = {a["name"]: read_metadata(folder / a["name"]) for a in manifest.get("assets", [])
+             if a.get("kind") == "model" and (folder / a["name"]).is_file()}
+    build = None
+    for candidate in (folder / "build-report.json", folder.parent / "build-report.json"):
+        if candidate.is_file():
+            try:
+                build = json.loads(candidate.read_text())
+            except ValueError:
+                build = None
+            break
+    return write_page(folder, manifest, metas, build, download_base(manifest.get("tag"), repo))

@@ -1,0 +1,217 @@
+"""``qnn-release publish``: upload a packaged release to GitHub, never half-published.
+
+The release is a DRAFT until every asset is present with the manifest's sha256; the archives
+go first, ``manifest.json``, ``SHA256SUMS`` and the notes last, then it is published. Runs are
+idempotent: an asset already there with the same digest is skipped, a different one is refused
+unless ``--replace``. Several publishers racing on one tag converge on the oldest draft.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PublishError
+from ..sources.store import sha256_file
+from .github import GitHub
+
+MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
+LAST = ("SHA256SUMS", "manifest.json")  # what download clients read: only once everything else is there
+# published beside the archives when package wrote them: notes, the sh client, the release page
+EXTRAS = (("RELEASE_NOTES.md", "text/markdown"), ("qnn-fetch.sh", "text/x-shellscript"), ("index.html", "text/html"))
+
+
+@dataclass
+class Plan:
+    tag: str
+    release: str = ""
+    actions: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.actions.append(text)
+
+
+def is_prerelease(tag: str) -> bool:
+    """v1.2.0-rc1, 1.2.0b1, v2.0.0.dev3: a pre-release, never the "latest" release apps fetch by default."""
+    import re
+
+    from packaging.version import InvalidVersion, Version
+
+    core = tag[1:] if tag[:1] in "vV" else tag
+    if re.match(r"^\d+(\.\d+)*-", core):  # semver: anything after '-' is a pre-release
+        return True
+    try:
+        return Version(core).is_prerelease
+    except InvalidVersion:
+        return False
+
+
+def tag_version(tag: str | None):
+    """A release tag as a comparable version (v1.2.0, 1.2.0-rc1 -> 1.2.0rc1), or None for another kind of tag."""
+    from packaging.version import InvalidVersion, Version
+
+    core = (tag or "")[1:] if (tag or "")[:1] in "vV" else (tag or "")
+    try:
+        return Version(core)
+    except InvalidVersion:
+        return None
+
+
+def is_newest(tag: str, published: list[dict]) -> bool:
+    """Whether ``tag`` should be "latest": not a pre-release, and no published final release has a higher
+    version (a v1.0.1 hotfix published after v1.1.0 stays behind it). Tags that are not versions: newest wins."""
+    mine = tag_version(tag)
+    if is_prerelease(tag):
+        return False
+    if mine is None:
+        return True
+    others = [tag_version(r.get("tag_name")) for r in published
+              if not r.get("draft") and not r.get("prerelease") and r.get("tag_name") != tag]
+    return all(v is None or v <= mine for v in others)
+
+
+def release_dir(path: Path) -> Path:
+    for p in (path, path / "release"):
+        if (p / "manifest.json").is_file():
+            return p
+    raise PublishError(f"{path}: no manifest.json here or in {path / 'release'}",
+                       hint="run `qnn-release package` first")
+
+
+def local_assets(folder: Path) -> tuple[dict, list[tuple[str, Path, str, str]]]:
+    """(manifest, [(name, path, sha256, content type)]) in upload order, every file checked."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    files: list[tuple[str, Path, str, str]] = []
+    for a in manifest["assets"]:
+        path = folder / a["name"]
+        if not path.is_file():
+            raise PublishError(f"{path}: listed in manifest.json but missing")
+        digest = sha256_file(path)
+        if digest != a["sha256"]:
+            raise PublishError(f"{path}: sha256 {digest[:12]}... does not match the manifest's {a['sha256'][:12]}...",
+                               hint="package again; never edit a packaged release")
+        if path.stat().st_size >= MAX_ASSET:
+            raise PublishError(f"{path}: {path.stat().st_size} bytes; GitHub assets must be under 2 GiB",
+                               hint="split the model into several graphs or quantize its weights")
+        files.append((a["name"], path, digest, "application/x-bzip2"))
+    for name, ctype in EXTRAS:
+        if (folder / name).is_file():
+            files.append((name, folder / name, sha256_file(folder / name), ctype))
+    for name in LAST:
+        files.append((name, folder / name, sha256_file(folder / name),
+                      "application/json" if name.endswith(".json") else "text/plain"))
+    return manifest, files
+
+
+def _digest(gh: GitHub, asset: dict) -> str:
+    d = asset.get("digest") or ""
+    if d.startswith("sha256:"):
+        return d.split(":", 1)[1]
+    # older servers have no digest field: hash the stored bytes
+    r = gh.call("GET", asset["url"], f"download asset {asset['name']}",
+                headers={"Accept": "application/octet-stream"}, stream=True)
+    h = hashlib.sha256()
+    for chunk in r.iter_content(1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _find_release(gh: GitHub, tag: str, plan: Plan, dry_run: bool, body: str) -> dict | None:
+    published = gh.release_by_tag(tag)
+    if published is not None:
+        plan.release = f"published release {published['id']}"
+        return published
+    drafts = gh.drafts_for(tag)
+    if drafts:
+        plan.release = f"draft release {drafts[0]['id']}"
+        return drafts[0]
+    plan.add(f"create draft release for {tag}")
+    if dry_run:
+        return None
+    mine = gh.create_draft(tag, tag, body)
+    # another publisher may have created one at the same moment: everybody keeps the oldest
+    drafts = gh.drafts_for(tag)
+    keep = drafts[0] if drafts else mine
+    if keep["id"] != mine["id"]:
+        gh.delete_release(mine["id"])
+    plan.release = f"draft release {keep['id']}"
+    return keep
+
+
+def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool = False, replace: bool = False,
+            api_url: str | None = None, sleep=None, log=lambda s: None) -> Plan:
+    folder = release_dir(path)
+    manifest, files = local_assets(folder)
+    if manifest.get("tag") not in (None, tag):
+        raise PublishError(f"{folder}/manifest.json was packaged for {manifest['tag']}, not {tag}",
+                           hint="package again with --tag " + tag)
+    if not token and not dry_run:
+        raise PublishError("no GitHub token", hint="set GITHUB_TOKEN or GH_TOKEN (contents: write)")
+    gh = GitHub(repo, token=token, api_url=api_url, **({"sleep": sleep} if sleep else {}))
+    body = (folder / "RELEASE_NOTES.md").read_text() if (folder / "RELEASE_NOTES.md").is_file() else ""
+    plan = Plan(tag=tag)
+    release = _find_release(gh, tag, plan, dry_run, body)
+    existing = {a["name"]: a for a in gh.assets(release["id"])} if release else {}
+    for name, local, digest, ctype in files:
+        if name in existing:
+            if _digest(gh, existing[name]) == digest:
+                plan.add(f"skip {name} (already there, same sha256)")
+                continue
+            if not replace:
+                raise PublishError(f"{repo}@{tag}: asset {name} is already published with other content",
+                                   hint="a published asset is never silently overwritten: pass --replace")
+            plan.add(f"replace {name} ({local.stat().st_size} bytes)")
+            if not dry_run:
+                _replace(gh, release, existing[name], name, local, digest, ctype)
+            continue
+        plan.add(f"upload {name} ({local.stat().st_size} bytes)")
+        if not dry_run:
+            _upload(gh, release, name, local, digest, ctype)
+        log(f"{'would ' if dry_run else ''}upload {name}")
+    if release is None or release.get("draft", True):
+        plan.add(f"publish {tag} (leave draft) once all {len(files)} assets are verified")
+        if not dry_run:
+            _check_complete(gh, release, files)
+            pre = is_prerelease(tag)
+            latest = is_newest(tag, list(gh.paginate(f"/repos/{repo}/releases")))
+            gh.update_release(release["id"], draft=False, body=body, name=tag, prerelease=pre,
+                              make_latest="true" if latest else "false")
+            plan.release = f"release {release['id']}: was a draft, now published" + (" as a pre-release" if pre else "")
+    return plan
+
+
+def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype: str) -> dict:
+    r = gh.upload(release, name, path, ctype)
+    if r.status_code == 201:
+        asset = r.json()
+        if asset.get("digest") and asset["digest"] != f"sha256:{digest}":
+            raise PublishError(f"{name}: GitHub stored a different sha256 ({asset['digest']})")
+        return asset
+    # 422: a name clash; a retried upload whose first attempt was stored before the connection dropped
+    stored = next((a for a in gh.assets(release["id"]) if a["name"] == name), None)
+    if stored is not None and _digest(gh, stored) == digest:
+        return stored
+    raise gh.fail(r, f"upload {name}")
+
+
+def _replace(gh: GitHub, release: dict, old: dict, name: str, path: Path, digest: str, ctype: str) -> None:
+    """New version first under a temporary name, then swap names: one version is always there."""
+    tmp_name = f"{name}.new-{digest[:8]}"
+    stale = next((a for a in gh.assets(release["id"]) if a["name"] == tmp_name), None)
+    if stale is not None:
+        gh.delete_asset(stale["id"])
+    new = _upload(gh, release, tmp_name, path, digest, ctype)
+    gh.rename_asset(old["id"], f"{name}.old-{old['id']}")
+    gh.rename_asset(new["id"], name)
+    gh.delete_asset(old["id"])
+
+
+def _check_complete(gh: GitHub, release: dict, files: list[tuple[str, Path, str, str]]) -> None:
+    remote = {a["name"]: a for a in gh.assets(release["id"])}
+    missing = [n for n, _, _, _ in files if n not in remote]
+    wrong = [n for n, _, d, _ in files if n in remote and _digest(gh, remote[n]) != d]
+    if missing or wrong:
+        raise PublishError(f"release {release['id']} stays a draft: missing {missing}, different {wrong}",
+                           hint="run publish again: it resumes")

@@ -1,0 +1,201 @@
+"""Downloads that survive flaky servers: retried with backoff, resumed with ``Range``, checked by sha256.
+
+Used by ``fetch`` (GitHub release assets) and ``sdk fetch`` (the QAIRT zip on the Hub). Partial
+files live in ``<cache>/downloads/<sha256>.part`` (``QNN_RELEASE_CACHE``), never in the
+destination, so a failed run leaves the destination as it was and the next run resumes.
+A download is abandoned when attempts stop making progress, not after a fixed number of
+attempts that each brought bytes.
+
+``QNN_RELEASE_RETRY_BASE`` (seconds, default 1) is the first backoff delay; it doubles per
+attempt without progress, up to 30 s. A server's ``Retry-After`` takes precedence.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import importlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import requests
+import urllib3
+
+from ..errors import QnnReleaseError, SourceError, UsageError
+
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+PATIENCE = 5  # consecutive attempts without a new byte before giving up
+MAX_RETRY_AFTER = 120.0
+
+
+@functools.cache
+def network_errors() -> tuple[type[BaseException], ...]:
+    """Connection-level failures: requests' (urllib3's, read raw), and httpx's (huggingface_hub 1.x, httpx2 in 2.x).
+
+    Looked up when a failure happens, so a GitHub-only command never imports httpx.
+    """
+    errors: list[type[BaseException]] = [requests.RequestException, urllib3.exceptions.HTTPError]
+    for module in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(module).HTTPError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)
+
+
+class Transient(Exception):
+    """A failure worth retrying (a 5xx, a 429, a dropped connection); ``wait`` is the server's Retry-After."""
+
+    def __init__(self, reason: str, wait: float | None = None):
+        super().__init__(reason)
+        self.reason, self.wait = reason, wait
+
+
+def retry_base() -> float:
+    raw = os.environ.get("QNN_RELEASE_RETRY_BASE", "1")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:
+        raise UsageError(f"QNN_RELEASE_RETRY_BASE={raw!r}: expected seconds between 0 and 60",
+                         hint="unset it for the default of 1 second")
+    return value
+
+
+def backoff(attempt: int, cap: float = 30.0) -> float:
+    """Seconds before retry number ``attempt`` (0-based): base, 2 x base, 4 x base ... at most ``cap``."""
+    return min(retry_base() * 2.0 ** attempt, cap)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` in seconds (a number or an HTTP date), capped; None when absent or unreadable."""
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return max(0.0, min(seconds, MAX_RETRY_AFTER))
+
+
+def describe(exc: BaseException) -> str:
+    """A short, single-line name for a network failure (never a URL with credentials in it)."""
+    return exc.reason if isinstance(exc, Transient) else type(exc).__name__
+
+
+Opener = Callable[[int], AbstractContextManager]  # offset -> streaming response (200, 206 or 416)
+
+
+def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patience: int = PATIENCE,
+           give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> None:
+    """Fill ``part`` from ``open_from(len(part))`` until a response ends cleanly.
+
+    ``open_from`` raises ``Transient`` (or a network error) for what is worth retrying and a
+    ``QnnReleaseError`` for what is not. ``part`` is kept when giving up: the next run resumes it.
+    """
+    part.parent.mkdir(parents=True, exist_ok=True)
+    best = _size(part)
+    stalls = 0
+    while True:
+        have = _size(part)
+        wait = None
+        try:
+            with open_from(have) as r:
+                if r.status_code == 416:  # nothing past ``have``: every byte is here
+                    return
+                if r.status_code == 206 and not _starts_at(r, have):
+                    part.unlink(missing_ok=True)  # resumed elsewhere than asked: start over
+                    raise Transient("the server resumed at another offset")
+                with open(part, "ab" if r.status_code == 206 else "wb") as f:
+                    for chunk in _chunks(r):
+                        f.write(chunk)
+            return
+        except Transient as e:
+            last, wait = e.reason, e.wait
+        except network_errors() as e:
+            last = describe(e)
+        if _size(part) > best:
+            best, stalls = _size(part), 0
+        else:
+            stalls += 1
+        if stalls >= patience:
+            kept = f"{best} bytes kept for the next run" if best else "nothing arrived"
+            raise give_up(f"{what}: no progress in {patience} attempts in a row (last: {last}); {kept}",
+                          hint=hint or "run the same command again; it resumes")
+        sleep(wait if wait is not None else backoff(max(stalls - 1, 0)))
+
+
+def _chunks(r):
+    """The body as it arrives: every byte received before a dropped connection is kept for the resume
+    (``iter_content`` reads whole 64 KiB blocks and loses a partial one)."""
+    read1 = getattr(r.raw, "read1", None)  # urllib3 >= 2
+    if read1 is None or r.headers.get("Content-Encoding", "identity") != "identity":
+        yield from r.iter_content(64 * 1024)
+        return
+    while chunk := read1(64 * 1024):
+        yield chunk
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _starts_at(r, offset: int) -> bool:
+    rng = r.headers.get("Content-Range", "")
+    try:
+        return int(rng.split()[1].split("-")[0]) == offset
+    except (IndexError, ValueError):
+        return False
+
+
+def downloads_dir(cache: Path | None = None) -> Path:
+    from .store import default_cache
+
+    return Path(cache) if cache is not None else default_cache() / "downloads"
+
+
+def discard(path: Path) -> None:
+    """Remove a used download, and the downloads folder with it once it is empty."""
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # partial downloads of other runs wait there
+
+
+def fetch_verified(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "",
+                   sleep=time.sleep, give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> Path:
+    """``<cache>/<sha256>``: downloaded (resuming a partial file), checked, whole; a corrupt file is never kept.
+
+    A mismatch after a complete download is retried once from zero (a corrupted transfer); a
+    second one means the content is not what was pinned.
+    """
+    from .store import sha256_file
+
+    done = cache / sha256
+    if done.is_file() and sha256_file(done) == sha256:
+        return done
+    part = cache / f"{sha256}.part"
+    got = ""
+    for _ in range(2):
+        resume(part, open_from, what=what, sleep=sleep, give_up=give_up, hint=hint)
+        got = sha256_file(part)
+        if got == sha256:
+            os.replace(part, done)
+            return done
+        part.unlink(missing_ok=True)
+    discard(part)
+    by = f" ({pinned_by})" if pinned_by else ""
+    raise SourceError(f"{what}: sha256 {got} does not match {sha256}{by}; nothing was kept",
+                      hint="a corrupt transfer twice in a row, or the file changed: check the pin")

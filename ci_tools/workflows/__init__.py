@@ -1,0 +1,1 @@
+"""The GitHub Actions workflows, rendered from the matrix and ``templates/workflows``."""

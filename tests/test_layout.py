@@ -1,0 +1,69 @@
+"""The house by stage: every import points down the flow, no module imports itself back, no function
+longer than a screen and a half (issue #22). A move that breaks the direction fails here, naming the import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "ci_tools"
+
+# The flow, earliest first: a module may import from its own layer or an earlier one, never a later one.
+# errors, paths and qairt_zip (standard library only: the Dockerfile copies it alone into the SDK image) sit
+# below everything; the package's own __init__/__main__ and the CLI above everything.
+LAYERS = ["errors", "paths", "qairt_zip", "util", "catalog", "matrix", "sources", "prepare", "compile", "recipes",
+          "build", "release", "workflows", "sdk", "cli", "__init__", "__main__"]
+FLAT = {"errors", "paths", "qairt_zip", "__init__", "__main__"}  # the only modules directly in ci_tools/
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
+    """Every ci_tools module ``name`` imports (lazy ones in functions too), with the line."""
+    is_pkg = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in modules]
+            found += [(node.lineno, m) for m in (subs or [mod]) if m in modules]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name in modules]
+    return [(ln, m) for ln, m in found if m != name and m != "ci_tools"]
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    return LAYERS.index(top)
+
+
+def test_only_the_shared_modules_are_flat():
+    flat = sorted(p.stem for p in PKG.glob("*.py"))
+    assert set(flat) <= FLAT, f"modules directly in ci_tools/ that belong in a stage package: {set(flat) - FLAT}"
+    packages = sorted(p.name for p in PKG.iterdir() if (p / "__init__.py").is_file())
+    assert set(packages) <= set(LAYERS), f"a package the layout test does not place: {set(packages) - set(LAYERS)}"
+    for name in packages:
+        assert ast.get_docstring(ast.parse((PKG / name / "__init__.py").read_text())), f"{name}/ says what it holds"
+
+
+def test_imports_point_down_the_flow():
+    modules = _modules()
+    upward = [f"{path.relative_to(PKG.parent)}:{ln} imports {m} ({LAYERS[_layer(m)]} comes after "
+              f"{LAYERS[_layer(name)]})"
+              for name, path in modules.items() for ln, m in _imports(name, path, modules) if _layer(m) > _layer(name)]
+    assert not upward, "\n".join(upward)
