@@ -67,3 +67,25 @@ def test_imports_point_down_the_flow():
               f"{LAYERS[_layer(name)]})"
               for name, path in modules.items() for ln, m in _imports(name, path, modules) if _layer(m) > _layer(name)]
     assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle():
+    modules = _modules()
+    graph = {n: {m for _, m in _imports(n, p, modules)} for n, p in modules.items()}
+    # a package's __init__ importing its own submodule (cli re-exports main) is not a cycle back into it
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(n: str, stack: list[str]) -> None:
+        state[n] = 1
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                cycles.append([*stack[stack.index(m):], m] if m in stack else [n, m])
+            elif m not in state:
+                visit(m, [*stack, m])
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [n])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)

@@ -210,7 +210,7 @@ def test_constants_become_initializers_and_shape_inputs_are_never_quantized(tmp_
     """A Resize's scales from a Constant node (Paddle2ONNX writes hundreds) were quantized as an activation with
     a scale of 1.5e-9, and HTP refused the graph (7004): prepare makes them initializers, and the nodes that
     only compute sizes (a Reshape's shape computed in float) stay out of the quantizer's reach."""
-    from ci_tools.compile.qnn_ep import qnn_error_hint
+    from ci_tools.compile.ep_log import qnn_error_hint
     from ci_tools.prepare.quantize import shape_nodes
 
     (tmp_path / "models").mkdir()

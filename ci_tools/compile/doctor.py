@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .ep_log import unsupported_from_log
+
 # op type -> (why HTP rejects it, what to do). Groups share one explanation.
 _DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
                   "which HTP does not run",
@@ -51,7 +53,7 @@ CAUSES.update({op: _CONTRIB_ONLY for op in ("MultiHeadAttention", "FusedMatMul",
                                             "GroupQueryAttention")})
 DEFAULT = ("HTP has no kernel for it (with these input types and shapes)",
            "replace it in the export, or split the graph so it runs outside")
-UNSUPPORTED = re.compile(r"\{ name: ([^,]*), type: ([\w.]+) \}")
+
 
 
 @dataclass
@@ -119,16 +121,6 @@ def source_kind(m) -> list[dict]:
                       "EmbedLayerNormalization, Attention, SkipLayerNormalization, FastGelu, QuickGelu, Gelu and "
                       "BiasGelu back as standard ops, or export without the optimizer"})
     return kinds
-
-
-def unsupported_from_log(text: str) -> list[tuple[str, str]]:
-    """(op type, name) of every node the QNN EP's log calls unsupported (each logged once or more)."""
-    seen: dict[str, str] = {}
-    for line in text.splitlines():
-        if "Unsupported nodes" in line:
-            for name, op in UNSUPPORTED.findall(line):
-                seen[name] = op
-    return [(op, name) for name, op in seen.items()]
 
 
 def _named_in_error(message: str) -> list[tuple[str, str]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from ..errors import BackendUnavailable, CompileError
 from ..util.quiet import redirect_fds
+from .ep_log import log_errors, qnn_error_hint, unsupported_from_log
 
 EP_NAME = "QNNExecutionProvider"
 COMPAT_KEY = f"ep_compatibility_info.{EP_NAME}"
@@ -51,22 +51,6 @@ def quiet_native():
         return
     with open(os.devnull, "wb") as null, redirect_fds(null.fileno()):
         yield
-
-
-QNN_ERRORS = {  # QNN error codes the EP passes on verbatim, with what they meant where we met them
-    "7004": "QNN error 7004: HTP could not create a tensor, typically a quantized one with a degenerate scale "
-            "(a size, index or axis input quantized as an activation, e.g. a Resize's scales at scale 1e-9) or a "
-            "tensor too large for it: compare the node named with the QDQ graph (`*.qdq.onnx` beside the prepared "
-            "graph); prepare makes Constant nodes initializers and the quantizer leaves shape inputs alone",
-}
-
-
-def qnn_error_hint(message: str) -> str | None:
-    """The cause behind a QNN error code in an EP message, where one is known."""
-    for code, hint in QNN_ERRORS.items():
-        if f"error code: {code}" in message or f"error code {code}" in message or f"Error {code}" in message:
-            return hint
-    return None
 
 
 def qnn_version() -> str:
@@ -114,10 +98,6 @@ def session_options(*, allow_cpu_fallback: bool, options: dict, context_path: Pa
     return so
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LOG_LINE = re.compile(r"^\S+ \S+ \[([EWIV]):onnxruntime:[^\]]*\] (.*)$")
-
-
 @contextlib.contextmanager
 def native_log(path: Path | None):
     """Send what onnxruntime and the QNN libraries print on stderr (their banner, the EP's warnings and
@@ -136,16 +116,6 @@ def native_log(path: Path | None):
             ort.set_default_logger_severity(_severity())
     if os.environ.get("QNN_RELEASE_VERBOSE"):
         sys.stderr.write(path.read_text(errors="replace"))
-
-
-def log_errors(text: str) -> list[str]:
-    """The EP's error lines from a captured log, without colours and timestamps."""
-    out = []
-    for line in ANSI.sub("", text).splitlines():
-        m = LOG_LINE.match(line.strip())
-        if m and m[1] == "E" and m[2] not in out:
-            out.append(m[2])
-    return out
 
 
 def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
@@ -171,8 +141,6 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
         except Exception as e:  # onnxruntime raises its own untyped errors
             err = CompileError(_first_line(e))
             if log is not None and log.is_file():
-                from .doctor import unsupported_from_log
-
                 text = log.read_text(errors="replace")
                 err.rejected = unsupported_from_log(text)
                 causes = [x for x in log_errors(text) if "fallback to CPU EP has been explicitly disabled" not in x
