@@ -31,7 +31,7 @@ def test_a_failing_target_leaves_nothing_and_others_finish(matrix, tmp_path, mon
     monkeypatch.setenv("TEST_BACKEND_SOCS", "SM8650")
     out = tmp_path / "dist"
     report = build(matrix, out=out, backend="interrupting", cache=tmp_path / "c")
-    status = {r["id"]: r["status"] for r in report.records}
+    status = {r.id: r.status for r in report.records}
     assert status == {"m.main.sm8550.fp16": "ok", "m.main.sm8650.fp16": "failed", "m.main.sm8750.fp16": "ok"}
     assert not (out / "m.main.sm8650.fp16").exists() and _leftovers(out) == []
 
@@ -53,7 +53,7 @@ def test_ctrl_c_leaves_no_finished_looking_target(matrix, tmp_path, monkeypatch)
     # the next build picks up where it stopped: the finished target is cached
     monkeypatch.setenv("TEST_BACKEND_SOCS", "")
     report = build(matrix, out=out, backend="interrupting", cache=tmp_path / "c")
-    assert {r["id"]: r["status"] for r in report.records}["m.main.sm8550.fp16"] == "cached"
+    assert {r.id: r.status for r in report.records}["m.main.sm8550.fp16"] == "cached"
     assert not report.failed
 
 

@@ -89,3 +89,28 @@ def test_no_import_cycle():
         if n not in state:
             visit(n, [n])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_name_imported_from_the_package_exists():
+    """Lazy imports inside functions are not checked by ruff: a name that moved fails here, not in a user's build."""
+    import importlib
+
+    modules = _modules()
+    missing = []
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                mod = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod != "ci_tools" and not mod.startswith("ci_tools."):
+                continue
+            target = importlib.import_module(mod)
+            for a in node.names:
+                if not hasattr(target, a.name) and f"{mod}.{a.name}" not in modules:
+                    missing.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {mod} has no {a.name}")
+    assert not missing, "\n".join(missing)

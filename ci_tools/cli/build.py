@@ -12,7 +12,8 @@ from . import step_summary
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ..build.orchestrate import build, summary
+    from ..build.orchestrate import build
+    from ..build.summary import summary
     from ..matrix.schema import load_matrix
 
     if args.jobs < 1:
@@ -27,7 +28,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         for d in report.work["precompiled"]:
             print(f"precompiled {d['model']}.{d['graph']} {d['precision']}")
         for r in report.failed:
-            print(f"FAILED {r['id']}: {r['error']}")
+            print(f"FAILED {r.id}: {r.error}")
         print(f"{len(report.work['precompiled'])} graph x precision converted, {len(report.failed)} failed; "
               f"report: {report.path}")
         if report.failed:
@@ -39,7 +40,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.package and not report.failed:
         cmd_package(args)
     if report.failed:
-        codes = {r.get("exit_code") for r in report.failed}
+        codes = {r.exit_code for r in report.failed}
         raise BuildFailed(f"{len(report.failed)} of {len(report.records)} targets failed"
                           + (f" (exit codes {sorted(c for c in codes if c)})" if codes else ""),
                           hint=f"details per target in {report.path}")

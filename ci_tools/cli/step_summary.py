@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..compile.verify import verdict_label
+from ..compile.records import CACHED, FAILED, BuildReport, verdict_label
 from ..release.templating import render
 
 SYMBOL = {"failed": "❌ failed", "ok": "✅ ok", "cached": "✅ cached"}
@@ -29,20 +29,20 @@ def append(markdown: str) -> bool:
     return True
 
 
-def build(report) -> str:
+def build(report: BuildReport) -> str:
     """A ``BuildReport``: every target, the failed ones first with their cause."""
     rows = []
-    for r in sorted(report.records, key=lambda r: (r["status"] != "failed", r["id"])):
-        parity = r.get("parity") or {}
-        rows.append({"id": r["id"], "status": SYMBOL.get(r["status"], r["status"]), "failed": r["status"] == "failed",
-                     "size": r.get("size"), "seconds": r.get("compile_seconds"), "cosine": parity.get("cosine"),
-                     "snr": parity.get("snr_db"), "max_abs": r.get("passed_by") == "max_abs",
-                     "verified_on": verdict_label(r) if not r.get("error") else "",
-                     "emulator_ms": round(r["emulator_seconds"] * 1000, 3) if r.get("emulator_seconds") else None,
-                     "cause": r.get("error"), "exit_code": r.get("exit_code")})
-    ok = sum(r["status"] in ("ok", "cached") for r in report.records)
+    for r in sorted(report.records, key=lambda r: (r.status != FAILED, r.id)):
+        parity = r.parity or {}
+        rows.append({"id": r.id, "status": SYMBOL.get(r.status, r.status), "failed": r.status == FAILED,
+                     "size": r.size, "seconds": r.compile_seconds, "cosine": parity.get("cosine"),
+                     "snr": parity.get("snr_db"), "max_abs": r.passed_by == "max_abs",
+                     "verified_on": verdict_label(r) if not r.error else "",
+                     "emulator_ms": round(r.emulator_seconds * 1000, 3) if r.emulator_seconds else None,
+                     "cause": r.error, "exit_code": r.exit_code})
+    ok = sum(r.built for r in report.records)
     return render("summary/build.md.j2", rows=rows, ok=ok, total=len(report.records), failed=len(report.failed),
-                  cached=sum(r["status"] == "cached" for r in report.records), seconds=report.seconds,
+                  cached=sum(r.status == CACHED for r in report.records), seconds=report.seconds,
                   sdk=report.sdk_version, backend=report.backend)
 
 

@@ -21,9 +21,10 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import Options
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
-from ..util.files import replace_dir, write_json
+from ..util.files import replace_dir
+from .records import FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
-FAILED = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
+FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
 COMPILE_VERSION = 2  # bump when a change here (compile or verification) should rebuild every target
 
 
@@ -51,9 +52,6 @@ class TargetSpec:
     sample_set: SampleSet | None = None  # the model's real samples for this graph (streams for a stateful one)
 
 
-REAL, GENERATED = "real-samples", "generated-inputs"  # what a verified target was verified on
-
-
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst)
@@ -73,11 +71,11 @@ def copy_atomic(src: Path, dest: Path) -> None:
 
 
 def put_in_store(final: Path, entry: Path) -> None:
-    if not (entry / "target.json").exists():
+    if not (entry / TARGET_FILE).exists():
         copy_atomic(final, entry)
 
 
-def keep_failed(work: Path, dest: Path, record: dict) -> None:
+def keep_failed(work: Path, dest: Path, record: TargetRecord) -> TargetRecord:
     """A failed target's work folder (logs, converter output) is evidence: keep it as ``dest``.
 
     Paths in the error (``full log: ...``) are rewritten to where the files now are.
@@ -87,100 +85,105 @@ def keep_failed(work: Path, dest: Path, record: dict) -> None:
         replace_dir(work, dest)
     except OSError:
         shutil.rmtree(work, ignore_errors=True)
-        return
-    record["work_dir"] = str(dest)
-    record["error"] = record["error"].replace(str(work), str(dest))
+        return record
+    return record.with_(work_dir=str(dest), error=(record.error or "").replace(str(work), str(dest)))
 
 
-def run_target(spec: TargetSpec) -> dict:
+def run_target(spec: TargetSpec) -> TargetRecord:
     """Never raises: returns the outcome record (status ok / failed)."""
     start = time.monotonic()
-    record = {"id": spec.target_id, "model": spec.model, "graph": spec.graph, "soc": spec.soc.name,
-              "precision": spec.precision, "key": spec.key, "backend": spec.backend,
-              "precompile_run": spec.precompile_run}
+    who = {"id": spec.target_id, "model": spec.model, "graph": spec.graph, "soc": spec.soc.name,
+           "precision": spec.precision, "key": spec.key, "backend": spec.backend, "precompile_run": spec.precompile_run}
     if os.environ.get("QNN_RELEASE_IMAGE"):  # the container image a CI job compiled in (ref@digest)
-        record["image"] = os.environ["QNN_RELEASE_IMAGE"]
-    failed_dir = spec.out / FAILED / spec.target_id
+        who["image"] = os.environ["QNN_RELEASE_IMAGE"]
+    failed_dir = spec.out / FAILED_DIR / spec.target_id
     shutil.rmtree(failed_dir, ignore_errors=True)
-    tmp = None
+    tmp, record = None, None
     try:
-        from .backends import CompileJob, get_backend
+        from .backends import get_backend
 
         backend = get_backend(spec.backend)
         spec.out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{spec.target_id}.", dir=spec.out))
-        job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
-                         options=spec.options, out_dir=tmp, calibration=spec.calibration, precompiled=spec.precompiled)
-        result = backend.compile(job)
-        inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
-        verified_on = REAL if spec.sample_set is not None else GENERATED
-        if spec.sample_set is not None:
-            inputs_note = spec.sample_set.note
-        if spec.verify_kind == "transcript":  # the recipe verifies the chip's graphs together, by what they say
-            verification, note = None, "verified by transcript once every graph for this chip is built"
-            inputs_note = "the model's clips (transcript verification)"
-        else:
-            verification, note = _verify(spec, backend, job, result, inputs_note), ""
-        files = sorted(p for p in tmp.rglob("*") if p.is_file())
-        size = sum(b.stat().st_size for b in result.binaries)
-        record.update({
-            "sdk_version": result.sdk_version,
-            "compile_seconds": round(result.seconds, 3),
-            "warnings": result.warnings,
-            "files": [{"name": str(p.relative_to(tmp)), "size": p.stat().st_size} for p in files],
-            "context_onnx": result.context_onnx.name,
-            "binaries": [b.name for b in result.binaries],
-            "size": size,
-            # no CPU fallback: every node of the prepared graph runs on HTP
-            "placement": {"htp_nodes": sum(spec.prepared.op_counts.values()), "cpu_nodes": 0,
-                          "ops": spec.prepared.op_counts},
-            "parameters": spec.prepared.parameters,
-            "bytes_per_parameter": round(size / spec.prepared.parameters, 3) if spec.prepared.parameters else None,
-            # per weight of the SOURCE graph: fp16 ~2, w8a16 ~1; more means a copy of weights (see prepare notes)
-            "source_parameters": spec.prepared.source_parameters,
-            "bytes_per_source_parameter": round(size / spec.prepared.source_parameters, 3)
-            if spec.prepared.source_parameters else None,
-            "verify_inputs": inputs_note,
-            "calibration_sha256": spec.calibration_hash,
-            "weight_scales": spec.weight_scales,
-            "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
-        })
-        if verification is None:
-            record.update({"verified": False, "verified_on": None, "parity": None, "emulator_seconds": None,
-                           "verify_note": note or f"the {spec.backend} route has no emulator here"})
-        else:
-            v, total = verification
-            record.update({"verified": True, "verified_on": verified_on, "parity": v.parity.as_dict(),
-                           "per_output": v.per_output, "thresholds": v.thresholds,
-                           "emulator_seconds": round(v.emulator_seconds, 4),
-                           "emulator_seconds_total": round(total, 4), "verify_samples": v.samples,
-                           "passed_by": v.passed_by, "worst_output": v.worst_output, "per_sample": v.per_sample})
-            if spec.sample_set is not None:
-                record["samples"] = spec.sample_set.as_dict()
-        from datetime import datetime, timezone
-
-        record["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        record["status"] = "ok"
-        record["seconds"] = round(time.monotonic() - start, 3)
-        write_json(tmp / "target.json", record)
+        record = _built(spec, backend, tmp, who, start)
+        write_target(tmp, record)
         final = spec.out / spec.target_id
         replace_dir(tmp, final)
         tmp = None
         put_in_store(final, spec.store / spec.key)
     except QnnReleaseError as e:
-        record.update({"status": "failed", "error": str(e), "exit_code": e.exit_code, **(e.details or {})})
+        record = TargetRecord.failure(who, str(e), e.exit_code, e.details)
         _forget(spec)
     except Exception as e:  # a bug or an unexpected library error: keep it on one target
-        record.update({"status": "failed", "error": f"internal error: {type(e).__name__}: {e}".splitlines()[0],
-                       "exit_code": 70, "traceback": traceback.format_exc()})
+        record = TargetRecord.failure(who, f"internal error: {type(e).__name__}: {e}".splitlines()[0], 70,
+                                      traceback=traceback.format_exc())
         _forget(spec)
     finally:
-        if tmp is not None and record.get("status") == "failed":
-            keep_failed(tmp, failed_dir, record)
+        if tmp is not None and record is not None and record.status == FAILED:
+            record = keep_failed(tmp, failed_dir, record)
         elif tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    record["seconds"] = round(time.monotonic() - start, 3)
-    return record
+    return record.with_(seconds=round(time.monotonic() - start, 3))
+
+
+def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> TargetRecord:
+    """Compile into ``tmp`` and verify: the record of a finished target (raises what either raises)."""
+    from datetime import datetime, timezone
+
+    from .backends import CompileJob
+
+    job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
+                     options=spec.options, out_dir=tmp, calibration=spec.calibration, precompiled=spec.precompiled)
+    result = backend.compile(job)
+    inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
+    if spec.sample_set is not None:
+        inputs_note = spec.sample_set.note
+    if spec.verify_kind == "transcript":  # the recipe verifies the chip's graphs together, by what they say
+        verification, note = None, "verified by transcript once every graph for this chip is built"
+        inputs_note = "the model's clips (transcript verification)"
+    else:
+        verification, note = _verify(spec, backend, job, result, inputs_note), ""
+    return TargetRecord.make(**who, **_compiled(spec, backend, result, tmp), verify_inputs=inputs_note,
+                             **_verified(spec, verification, note),
+                             created=datetime.now(timezone.utc).isoformat(timespec="seconds"), status=OK,
+                             seconds=round(time.monotonic() - start, 3))
+
+
+def _compiled(spec: TargetSpec, backend, result, tmp: Path) -> dict:
+    """What the compile made: the files, sizes, placement and the toolchain that made them."""
+    files = sorted(p for p in tmp.rglob("*") if p.is_file())
+    size = sum(b.stat().st_size for b in result.binaries)
+    prep = spec.prepared
+    return {
+        "sdk_version": result.sdk_version, "compile_seconds": round(result.seconds, 3), "warnings": result.warnings,
+        "files": [{"name": str(p.relative_to(tmp)), "size": p.stat().st_size} for p in files],
+        "context_onnx": result.context_onnx.name, "binaries": [b.name for b in result.binaries], "size": size,
+        # no CPU fallback: every node of the prepared graph runs on HTP
+        "placement": {"htp_nodes": sum(prep.op_counts.values()), "cpu_nodes": 0, "ops": prep.op_counts},
+        "parameters": prep.parameters,
+        "bytes_per_parameter": round(size / prep.parameters, 3) if prep.parameters else None,
+        # per weight of the SOURCE graph: fp16 ~2, w8a16 ~1; more means a copy of weights (see prepare notes)
+        "source_parameters": prep.source_parameters,
+        "bytes_per_source_parameter": round(size / prep.source_parameters, 3) if prep.source_parameters else None,
+        "calibration_sha256": spec.calibration_hash, "weight_scales": spec.weight_scales,
+        "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
+    }
+
+
+def _verified(spec: TargetSpec, verification, note: str) -> dict:
+    """How the target was verified: its parity numbers, or why it was not run on an emulator."""
+    if verification is None:
+        return {"verified": False, "verified_on": None, "parity": None, "emulator_seconds": None,
+                "verify_note": note or f"the {spec.backend} route has no emulator here"}
+    v, total = verification
+    out = {"verified": True, "verified_on": REAL if spec.sample_set is not None else GENERATED,
+           "parity": v.parity.as_dict(), "per_output": v.per_output, "thresholds": v.thresholds,
+           "emulator_seconds": round(v.emulator_seconds, 4), "emulator_seconds_total": round(total, 4),
+           "verify_samples": v.samples, "passed_by": v.passed_by, "worst_output": v.worst_output,
+           "per_sample": v.per_sample}
+    if spec.sample_set is not None:
+        out["samples"] = spec.sample_set.as_dict()
+    return out
 
 
 def _forget(spec: TargetSpec) -> None:
@@ -191,8 +194,8 @@ def _forget(spec: TargetSpec) -> None:
 
 
 def forget(folder: Path) -> None:
-    if (folder / "target.json").exists():
-        (folder / "target.json").unlink()  # first: a folder without it is never taken as finished
+    if (folder / TARGET_FILE).exists():
+        (folder / TARGET_FILE).unlink()  # first: a folder without it is never taken as finished
     shutil.rmtree(folder, ignore_errors=True)
 
 

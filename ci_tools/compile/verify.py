@@ -52,25 +52,6 @@ HINTS = {
 
 FP16_MAX = 65504.0
 
-# The three honest verdicts, wherever a result is shown (target_job records ``verified_on``)
-VERDICTS = {"real-samples": "verified on real samples", "generated-inputs": "verified on generated inputs only",
-            "not-verified": "not verified"}
-
-
-VERDICT_LABELS = {"real-samples": "real samples", "generated-inputs": "generated only", "not-verified": "not verified"}
-
-
-def verdict_label(record: dict) -> str:
-    """The verdict as tables show it (the summary's, the step summaries', the release notes')."""
-    return VERDICT_LABELS[verdict(record)]
-
-
-def verdict(record: dict) -> str:
-    """A target record's verdict: one of VERDICTS' keys."""
-    if not record.get("verified"):
-        return "not-verified"
-    return record.get("verified_on") or "generated-inputs"
-
 MAX_ABS_PEAK_RATIO = 2.0  # max_abs passes on its own only where an all-zero output would miss it by 2x
 
 

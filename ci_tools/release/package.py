@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import __version__
 from ..compile import qnn_ep
-from ..compile.verify import VERDICTS, verdict
+from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
 from ..errors import PackageError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from ..prepare.graph import Prepared, generate_inputs, run_cpu
@@ -140,193 +140,28 @@ def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, byte
 def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
             matrix: Path | None = None, notes_dir: Path | None = None,
             device_numbers: Path | None = None, require_verified: bool = False) -> PackageResult:
-    report_path = out / "build-report.json"
-    try:
-        report = json.loads(report_path.read_text())
-    except FileNotFoundError:
-        raise PackageError(f"{report_path}: no build report", hint="run `qnn-release build` first") from None
-    except ValueError as e:
-        raise PackageError(f"{report_path}: not valid JSON: {e}") from None
-    loaded: LoadedMatrix = load_matrix(matrix or report["matrix"])
-    on_device = _device_numbers(device_numbers)
-    prepared = {(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.get("prepared", [])}
-    groups: dict[tuple[str, str, str], list[dict]] = {}
-    for r in report["targets"]:
-        groups.setdefault((r["model"], r["soc"], r["precision"]), []).append(r)
-
-    complete, skipped = {}, []
-    for key, records in sorted(groups.items()):
-        model = loaded.matrix.model(key[0])
-        ok = [r for r in records if r["status"] in ("ok", "cached")]
-        if len(ok) != len(model.graphs):
-            skipped.append(f"{key[0]}/{key[1]}/{key[2]} ({len(ok)} of {len(model.graphs)} graphs built)")
-            continue
-        complete[key] = ok
-    if not complete:
-        raise PackageError(f"{report_path}: no model has every graph built for any chip",
-                           hint="fix the failed targets and build again")
-    unverified = [r["id"] for records in complete.values() for r in records if not r.get("verified")]
-    if require_verified and unverified:
-        raise PackageError(f"--require-verified: {len(unverified)} target(s) were never run on the HTP emulator: "
-                           + ", ".join(unverified[:6]) + (" ..." if len(unverified) > 6 else ""),
-                           hint="build them with a route that has an emulator (qnn-net-run in the SDK, or ort)")
-    generated = sorted({r["model"] for records in complete.values() for r in records
-                        if verdict(r) == "generated-inputs"
-                        and not loaded.matrix.model(r["model"]).generated_inputs_ok})
-    if require_verified and generated:
-        raise PackageError(f"--require-verified: {', '.join(generated)} verified on generated inputs only",
-                           hint="give the model real samples (`samples:` in the matrix), or say why generated "
-                                "inputs are enough with `generated_inputs_ok: <why>`")
-
-    # the consistency gate: compiled SDK and chip, read back from every binary's stub
-    offenders, sdks, archs = [], set(), set()
-    for (_, soc_name, _), records in complete.items():
-        soc = loaded.catalog.get(soc_name)
-        archs.add(soc.htp_arch)
-        for r in records:
-            folder = out / r["id"]
-            try:
-                target = json.loads((folder / "target.json").read_text())
-            except (OSError, ValueError):
-                offenders.append(f"{r['id']}: no finished build in {folder}")
-                continue
-            if target.get("key") != r.get("key"):
-                offenders.append(f"{r['id']}: {folder} holds another build than the report")
-                continue
-            got = compiled_for(folder / target["context_onnx"])
-            sdks.add(got["sdk"])
-            r["_sdk"] = got["sdk"]
-            if (got["htp_arch"], got["soc_model"]) != (soc.htp_arch, soc.soc_model):
-                offenders.append(f"{r['id']}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
-                                 f"not {soc.name} ({soc.arch}/{soc.soc_model})")
-    libs_ver = libs_version(qnn_sdk) if qnn_sdk else None
-    if qnn_sdk and not version_core(libs_ver):
-        raise PackageError(f"--qnn-sdk {qnn_sdk}: cannot tell its QNN version from the folder name",
-                           hint="point it at qairt/<major.minor.patch.build>")
-    libs_sha = sdk_sha256(qnn_sdk) if qnn_sdk else None
-    for records in complete.values():
-        for r in records:
-            sdk = r.get("_sdk")
-            if sdk is None:
-                continue
-            if libs_ver and version_core(sdk) != version_core(libs_ver):
-                offenders.append(f"{r['id']}: compiled with QNN {sdk or '(no version)'}, "
-                                 f"the release ships qnn-libs-{libs_ver}")
-            elif libs_sha and r.get("sdk_sha256") and r["sdk_sha256"] != libs_sha:
-                offenders.append(f"{r['id']}: compiled with the SDK zip sha256 {r['sdk_sha256'][:12]}..., the "
-                                 f"qnn-libs come from {libs_sha[:12]}... (same version string, other content)")
-    if not libs_ver and len(sdks) > 1:
-        offenders.append(f"binaries of several SDK versions in one release: {', '.join(sorted(sdks))}")
-    if offenders:
-        raise PackageError(f"release refused, {len(offenders)} inconsistent binaries: " + "; ".join(offenders),
-                           hint="rebuild them with one SDK version (and ship that version's qnn-libs)")
-
+    report = _read_report(out / REPORT)
+    loaded: LoadedMatrix = load_matrix(matrix or report.matrix)
+    complete, skipped = _complete(report, loaded)
+    _verified_gate(loaded, complete, require_verified)
+    compiled, archs = _consistency_gate(out, loaded, complete, qnn_sdk)
     release = out / RELEASE_DIR
     tmp = Path(tempfile.mkdtemp(prefix=".release.", dir=out))
     try:
-        assets = []
-        libs_name = None
-        if qnn_sdk:
-            libs, inc = build_qnn_libs(qnn_sdk, sorted(archs), tmp)
-            libs_name = libs.name
-            for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include")):
-                assets.append({"name": path.name, "kind": kind, "sdk_version": libs_ver, "htp_archs":
-                               [f"v{a}" for a in sorted(archs)]})
+        assets, libs_name = _qnn_libs(qnn_sdk, archs, tmp)
+        job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, compiled=compiled, libs_name=libs_name,
+                        prepared={(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.prepared},
+                        on_device=_device_numbers(device_numbers))
         metas: dict[str, dict] = {}  # archive name -> its metadata.json, for the release page
-        for (model_name, soc_name, precision), records in sorted(complete.items()):
-            model, soc = loaded.matrix.model(model_name), loaded.catalog.get(soc_name)
-            sdk = records[0]["_sdk"]
-            # asset names carry the pinned version (major.minor.patch.build), not a binary's build stamp
-            stem = f"{model_name}-{soc_name.lower()}-{precision}-qnn{version_core(sdk) or sdk}"
-            members: list[tuple[str, Path | bytes]] = []
-            graphs, numbers, preps = [], {}, []
-            by_graph = {r["graph"]: r for r in records}
-            for g in model.graphs:
-                r = by_graph[g.name]
-                target = json.loads((out / r["id"] / "target.json").read_text())
-                prep = prepared.get((model_name, g.name))
-                if prep is None or not prep.path.is_file():
-                    raise PackageError(f"{r['id']}: the prepared graph is gone from the cache",
-                                       hint="run `qnn-release build` again (nothing recompiles)")
-                preps.append(prep)
-                binary = out / r["id"] / target["binaries"][0]
-                members += [(f"{stem}/{target['context_onnx']}", out / r["id"] / target["context_onnx"]),
-                            (f"{stem}/{binary.name}", binary)]
-                if model.verify is None:  # a speech model ships a clip instead (below)
-                    members += _sample_members(stem, prep, model.calibration.seed)
-                graphs.append({"name": g.name, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
-                               "stub_io": stub_io_names(out / r["id"] / target["context_onnx"], prep),
-                               "parameters": prep.parameters or None,
-                               "source_parameters": prep.source_parameters or None,
-                               "inputs": [t.__dict__ for t in prep.inputs],
-                               "outputs": [t.__dict__ for t in prep.outputs],
-                               "context_onnx": target["context_onnx"], "binary": binary.name,
-                               "size": binary.stat().st_size, "sha256": sha256_file(binary)})
-                # a transcript verification adds its numbers to the report after the target was written
-                target = {**target, **{k: r[k] for k in ("verified", "verified_on", "parity", "emulator_seconds",
-                                                         "transcript") if r.get(k) is not None}}
-                emu = target.get("emulator_seconds")
-                numbers[g.name] = {"compile_seconds": target["compile_seconds"], "parity_vs_cpu": target.get("parity"),
-                                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
-                                   "verified": bool(target.get("verified")),
-                                   "verification": verification(model, target)}
-            transcript, readme = None, {"whisper": False}
-            if model.verify is not None:
-                from ..recipes.whisper.package import archive_extras, readme_context
-
-                extra, transcript = archive_extras(report, model, soc, records, stem, loaded.root)
-                members += extra
-                readme = readme_context(stem, extra, [g["binary"] for g in graphs])
-            names = {m[0] for m in members}
-            if len(names) != len(members):
-                raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
-            act, weight = BITS[precision]
-            meta = _metadata({
-                "metadata_version": METADATA_VERSION, "toolkit": f"qnn-release {__version__}",
-                "toolkit_commit": _git_commit(), "created": max(r.get("created", "") for r in records) or None,
-                "chip": {"name": soc.name, "marketing": soc.marketing, "soc_model": soc.soc_model,
-                         "htp_arch": soc.arch, "vtcm_mb": soc.vtcm_mb, "aliases": soc.aliases},
-                "sdk": {"route": records[0]["backend"], "qnn_version": sdk, "tool": report["sdk_version"],
-                        "sdk_sha256": records[0].get("sdk_sha256"), "image": records[0].get("image")},
-                "model": _source_info(model, preps), "graphs": graphs,
-                "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
-                                 "calibration_sha256": records[0].get("calibration_sha256"),
-                                 "weight_scales": records[0].get("weight_scales")},
-                "numbers": numbers, "runtime_libs": libs_name,
-                "on_device": on_device.get(f"{model_name}/{soc_name}/{precision}", {}),
-                "transcript": transcript,
-            })
-            meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-            members += [(f"{stem}/metadata.json", meta_json.encode()),
-                        (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, **readme).encode()),
-                        (f"{stem}/LICENSE", _licence(loaded, model, meta))]
-            archive = make_tar_bz2(tmp / f"{stem}.tar.bz2", members)
-            metas[archive.name] = meta.model_dump(mode="json")
-            assets.append({"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
-                           "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
-                           "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
-                           "graphs": [g["name"] for g in graphs], "qnn_libs": libs_name,
-                           "verified": all(r.get("verified") for r in records),
-                           "verified_on": _weakest(verdict(r) for r in records),
-                           "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
-                           "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)})
+        for key, records in sorted(complete.items()):
+            asset, meta = job.archive(key, records)
+            assets.append(asset)
+            metas[asset["name"]] = meta
         for a in assets:
             path = tmp / a["name"]
             a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
-        warnings = _sdk_warnings(loaded, {a["sdk_version"] for a in assets if a["kind"] == "model"})
-        manifest = {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}",
-                    "warnings": warnings,
-                    "sdk_versions": sorted({a["sdk_version"] for a in assets}),
-                    "images": sorted({r["image"] for rs in complete.values() for r in rs if r.get("image")}),
-                    "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
-        notes_path = None
-        if tag:
-            notes_dir = notes_dir or loaded.root / "release_notes"
-            prev = previous or _previous_manifest(notes_dir, tag)
-            notes = render("release_notes.md.j2", tag=tag, manifest=manifest,
-                           changes=_changes(manifest, prev), previous=prev)
-            write_atomic(tmp / "RELEASE_NOTES.md", notes)
-            notes_path = notes_dir / f"{tag}.md"
+        manifest = _manifest(loaded, tag, assets, complete, skipped)
+        notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir)
         _manifest_contract(manifest)
         write_json(tmp / "manifest.json", manifest)
         client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
@@ -344,6 +179,241 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+Group = tuple[str, str, str]  # (model, soc, precision): one archive
+
+
+def _read_report(path: Path) -> BuildReport:
+    try:
+        return BuildReport.read(path)
+    except FileNotFoundError:
+        raise PackageError(f"{path}: no build report", hint="run `qnn-release build` first") from None
+    except (OSError, ValueError, TypeError) as e:
+        raise PackageError(f"{path}: not valid JSON: {e}") from None
+
+
+def _complete(report: BuildReport, loaded: LoadedMatrix) -> tuple[dict[Group, list[TargetRecord]], list[str]]:
+    """The (model, chip, precision) whose every graph is built, and a line for each one that is not."""
+    groups: dict[Group, list[TargetRecord]] = {}
+    for r in report.records:
+        groups.setdefault((r.model, r.soc, r.precision), []).append(r)
+    complete, skipped = {}, []
+    for key, records in sorted(groups.items()):
+        model = loaded.matrix.model(key[0])
+        ok = [r for r in records if r.built]
+        if len(ok) != len(model.graphs):
+            skipped.append(f"{key[0]}/{key[1]}/{key[2]} ({len(ok)} of {len(model.graphs)} graphs built)")
+            continue
+        complete[key] = ok
+    if not complete:
+        raise PackageError(f"{report.path}: no model has every graph built for any chip",
+                           hint="fix the failed targets and build again")
+    return complete, skipped
+
+
+def _verified_gate(loaded: LoadedMatrix, complete: dict[Group, list[TargetRecord]], require_verified: bool) -> None:
+    """``--require-verified``: every target ran on an emulator, on real samples unless the matrix says why not."""
+    if not require_verified:
+        return
+    unverified = [r.id for records in complete.values() for r in records if not r.verified]
+    if unverified:
+        raise PackageError(f"--require-verified: {len(unverified)} target(s) were never run on the HTP emulator: "
+                           + ", ".join(unverified[:6]) + (" ..." if len(unverified) > 6 else ""),
+                           hint="build them with a route that has an emulator (qnn-net-run in the SDK, or ort)")
+    generated = sorted({r.model for records in complete.values() for r in records
+                        if verdict(r) == GENERATED and not loaded.matrix.model(r.model).generated_inputs_ok})
+    if generated:
+        raise PackageError(f"--require-verified: {', '.join(generated)} verified on generated inputs only",
+                           hint="give the model real samples (`samples:` in the matrix), or say why generated "
+                                "inputs are enough with `generated_inputs_ok: <why>`")
+
+
+def _consistency_gate(out: Path, loaded: LoadedMatrix, complete: dict[Group, list[TargetRecord]],
+                      qnn_sdk: Path | None) -> tuple[dict[str, str], set[int]]:
+    """The compiled SDK and chip, read back from every binary's stub: (QNN version per target id, HTP archs).
+    Refuses binaries for another chip than their name says, or of another SDK than the qnn-libs beside them."""
+    offenders, compiled, archs = [], {}, set()
+    for (_, soc_name, _), records in complete.items():
+        soc = loaded.catalog.get(soc_name)
+        archs.add(soc.htp_arch)
+        for r in records:
+            folder = out / r.id
+            target = read_target(folder)
+            if target is None:
+                offenders.append(f"{r.id}: no finished build in {folder}")
+                continue
+            if target.key != r.key:
+                offenders.append(f"{r.id}: {folder} holds another build than the report")
+                continue
+            got = compiled_for(folder / target.context_onnx)
+            compiled[r.id] = got["sdk"]
+            if (got["htp_arch"], got["soc_model"]) != (soc.htp_arch, soc.soc_model):
+                offenders.append(f"{r.id}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
+                                 f"not {soc.name} ({soc.arch}/{soc.soc_model})")
+    offenders += _sdk_offenders(complete, compiled, qnn_sdk)
+    if offenders:
+        raise PackageError(f"release refused, {len(offenders)} inconsistent binaries: " + "; ".join(offenders),
+                           hint="rebuild them with one SDK version (and ship that version's qnn-libs)")
+    return compiled, archs
+
+
+def _sdk_offenders(complete: dict[Group, list[TargetRecord]], compiled: dict[str, str],
+                   qnn_sdk: Path | None) -> list[str]:
+    libs_ver = libs_version(qnn_sdk) if qnn_sdk else None
+    if qnn_sdk and not version_core(libs_ver):
+        raise PackageError(f"--qnn-sdk {qnn_sdk}: cannot tell its QNN version from the folder name",
+                           hint="point it at qairt/<major.minor.patch.build>")
+    libs_sha = sdk_sha256(qnn_sdk) if qnn_sdk else None
+    offenders = []
+    for records in complete.values():
+        for r in records:
+            sdk = compiled.get(r.id)
+            if sdk is None:
+                continue
+            if libs_ver and version_core(sdk) != version_core(libs_ver):
+                offenders.append(f"{r.id}: compiled with QNN {sdk or '(no version)'}, "
+                                 f"the release ships qnn-libs-{libs_ver}")
+            elif libs_sha and r.sdk_sha256 and r.sdk_sha256 != libs_sha:
+                offenders.append(f"{r.id}: compiled with the SDK zip sha256 {r.sdk_sha256[:12]}..., the "
+                                 f"qnn-libs come from {libs_sha[:12]}... (same version string, other content)")
+    sdks = set(compiled.values())
+    if not libs_ver and len(sdks) > 1:
+        offenders.append(f"binaries of several SDK versions in one release: {', '.join(sorted(sdks))}")
+    return offenders
+
+
+def _qnn_libs(qnn_sdk: Path | None, archs: set[int], tmp: Path) -> tuple[list[dict], str | None]:
+    """``qnn-libs-<version>.tar.bz2`` and ``qnn-include-<version>.tar.bz2``, when an SDK tree is given."""
+    if not qnn_sdk:
+        return [], None
+    libs_ver = libs_version(qnn_sdk)
+    libs, inc = build_qnn_libs(qnn_sdk, sorted(archs), tmp)
+    return [{"name": path.name, "kind": kind, "sdk_version": libs_ver, "htp_archs": [f"v{a}" for a in sorted(archs)]}
+            for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include"))], libs.name
+
+
+@dataclass(kw_only=True)
+class _Archives:
+    """One archive per (model, chip, precision): its members, ``metadata.json`` and manifest entry."""
+
+    out: Path
+    tmp: Path
+    loaded: LoadedMatrix
+    report: BuildReport
+    compiled: dict[str, str]  # target id -> the QNN version its stub says
+    libs_name: str | None
+    prepared: dict[tuple[str, str], Prepared]
+    on_device: dict[str, dict]
+
+    def archive(self, key: Group, records: list[TargetRecord]) -> tuple[dict, dict]:
+        """(manifest asset, metadata) of one archive, written into ``tmp``."""
+        model_name, soc_name, precision = key
+        model, soc = self.loaded.matrix.model(model_name), self.loaded.catalog.get(soc_name)
+        sdk = self.compiled[records[0].id]
+        # asset names carry the pinned version (major.minor.patch.build), not a binary's build stamp
+        stem = f"{model_name}-{soc_name.lower()}-{precision}-qnn{version_core(sdk) or sdk}"
+        members: list[tuple[str, Path | bytes]] = []
+        graphs, numbers, preps = [], {}, []
+        by_graph = {r.graph: r for r in records}
+        for g in model.graphs:
+            graph, number, prep = self._graph(model, stem, by_graph[g.name], members)
+            graphs.append(graph)
+            numbers[g.name] = number
+            preps.append(prep)
+        transcript, readme = None, {"whisper": False}
+        if model.verify is not None:
+            from ..recipes.whisper.package import archive_extras, readme_context
+
+            extra, transcript = archive_extras(self.report, model, soc, records, stem, self.loaded.root)
+            members += extra
+            readme = readme_context(stem, extra, [g["binary"] for g in graphs])
+        if len({m[0] for m in members}) != len(members):
+            raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
+        meta = _metadata(self._metadata_fields(model, soc, precision, sdk, records, preps, graphs, numbers,
+                                               transcript))
+        meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        members += [(f"{stem}/metadata.json", meta_json.encode()),
+                    (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, **readme).encode()),
+                    (f"{stem}/LICENSE", _licence(self.loaded, model, meta))]
+        archive = make_tar_bz2(self.tmp / f"{stem}.tar.bz2", members)
+        asset = {"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
+                 "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
+                 "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
+                 "graphs": [g["name"] for g in graphs], "qnn_libs": self.libs_name,
+                 "verified": all(r.verified for r in records),
+                 "verified_on": weakest(verdict(r) for r in records),
+                 "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
+                 "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)}
+        return asset, meta.model_dump(mode="json")
+
+    def _graph(self, model: Model, stem: str, r: TargetRecord,
+               members: list[tuple[str, Path | bytes]]) -> tuple[dict, dict, Prepared]:
+        """One graph's files (appended to ``members``), its ``graphs[]`` entry and its numbers."""
+        folder = self.out / r.id
+        target = read_target(folder)
+        prep = self.prepared.get((model.name, r.graph))
+        if prep is None or not prep.path.is_file():
+            raise PackageError(f"{r.id}: the prepared graph is gone from the cache",
+                               hint="run `qnn-release build` again (nothing recompiles)")
+        binary = folder / target.binaries[0]
+        members += [(f"{stem}/{target.context_onnx}", folder / target.context_onnx), (f"{stem}/{binary.name}", binary)]
+        if model.verify is None:  # a speech model ships a clip instead
+            members += _sample_members(stem, prep, model.calibration.seed)
+        graph = {"name": r.graph, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
+                 "stub_io": stub_io_names(folder / target.context_onnx, prep),
+                 "parameters": prep.parameters or None, "source_parameters": prep.source_parameters or None,
+                 "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
+                 "context_onnx": target.context_onnx, "binary": binary.name,
+                 "size": binary.stat().st_size, "sha256": sha256_file(binary)}
+        # a transcript verification adds its numbers to the report after the target was written
+        target = target.with_(**{k: getattr(r, k) for k in ("verified", "verified_on", "parity", "emulator_seconds",
+                                                            "transcript") if getattr(r, k) is not None})
+        emu = target.emulator_seconds
+        number = {"compile_seconds": target.compile_seconds, "parity_vs_cpu": target.parity,
+                  "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
+                  "verified": bool(target.verified), "verification": verification(model, target)}
+        return graph, number, prep
+
+    def _metadata_fields(self, model: Model, soc, precision: str, sdk: str, records: list[TargetRecord],
+                         preps: list[Prepared], graphs: list[dict], numbers: dict, transcript: dict | None) -> dict:
+        act, weight = BITS[precision]
+        first = records[0]
+        return {
+            "metadata_version": METADATA_VERSION, "toolkit": f"qnn-release {__version__}",
+            "toolkit_commit": _git_commit(), "created": max(r.created or "" for r in records) or None,
+            "chip": {"name": soc.name, "marketing": soc.marketing, "soc_model": soc.soc_model,
+                     "htp_arch": soc.arch, "vtcm_mb": soc.vtcm_mb, "aliases": soc.aliases},
+            "sdk": {"route": first.backend, "qnn_version": sdk, "tool": self.report.sdk_version,
+                    "sdk_sha256": first.sdk_sha256, "image": first.image},
+            "model": _source_info(model, preps), "graphs": graphs,
+            "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
+                             "calibration_sha256": first.calibration_sha256, "weight_scales": first.weight_scales},
+            "numbers": numbers, "runtime_libs": self.libs_name,
+            "on_device": self.on_device.get(f"{model.name}/{soc.name}/{precision}", {}),
+            "transcript": transcript,
+        }
+
+
+def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[dict], complete: dict[Group, list[TargetRecord]],
+              skipped: list[str]) -> dict:
+    warnings = _sdk_warnings(loaded, {a["sdk_version"] for a in assets if a["kind"] == "model"})
+    return {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}", "warnings": warnings,
+            "sdk_versions": sorted({a["sdk_version"] for a in assets}),
+            "images": sorted({r.image for rs in complete.values() for r in rs if r.image}),
+            "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
+
+
+def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: dict, previous: Path | None,
+           notes_dir: Path | None) -> Path | None:
+    """``RELEASE_NOTES.md`` for a tag (with the changes since the previous release); where it goes in the repo."""
+    if not tag:
+        return None
+    notes_dir = notes_dir or loaded.root / "release_notes"
+    prev = previous or _previous_manifest(notes_dir, tag)
+    notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=_changes(manifest, prev), previous=prev)
+    write_atomic(tmp / "RELEASE_NOTES.md", notes)
+    return notes_dir / f"{tag}.md"
+
+
 def _sdk_warnings(loaded: LoadedMatrix, compiled: set[str]) -> list[str]:
     """The matrix pins one QAIRT version; binaries compiled with another QNN say so in the notes."""
     pinned = loaded.matrix.sdk.qairt[0].version
@@ -354,31 +424,24 @@ def _sdk_warnings(loaded: LoadedMatrix, compiled: set[str]) -> list[str]:
             f"needs the runtime libraries of {', '.join(other)}"]
 
 
-def _weakest(verdicts) -> str:
-    """An archive of several graphs is only as verified as its least verified graph."""
-    order = list(VERDICTS)
-    return max(verdicts, key=order.index, default="not-verified")
-
-
-def verification(model: Model, target: dict) -> dict | None:
+def verification(model: Model, target: TargetRecord) -> dict | None:
     """What a target's parity was measured on: the model's real samples, or generated inputs."""
-    if not target.get("verified"):
+    if not target.verified:
         return None
     v = verdict(target)
-    if target.get("transcript"):  # verified by what the chip's graphs transcribe from the model's clips
+    if target.transcript:  # verified by what the chip's graphs transcribe from the model's clips
         rec = model.verify.recordings
-        return {"inputs": "real" if v == "real-samples" else "generated", "verdict": v,
+        return {"inputs": "real" if v == REAL else "generated", "verdict": v,
                 "source": rec.description if rec else model.verify.clips,
-                "samples": len(target["transcript"]["clips"]), "passed_by": None,
+                "samples": len(target.transcript["clips"]), "passed_by": None,
                 "description": ("recorded speech (transcript against CPU and the references)" if rec
                                 else "espeak-ng speech clips (transcript against CPU)")}
-    real = v == "real-samples"
+    real = v == REAL
     source = (model.calibration.path if model.samples is None else model.samples.description) if real else \
         f"seed {model.calibration.seed}"
     return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
-            "description": target.get("verify_inputs"), "files": (target.get("samples") or {}).get("files"),
-            "samples": target.get("verify_samples"), "passed_by": target.get("passed_by"),
-            "per_sample": target.get("per_sample")}
+            "description": target.verify_inputs, "files": (target.samples or {}).get("files"),
+            "samples": target.verify_samples, "passed_by": target.passed_by, "per_sample": target.per_sample}
 
 
 def _manifest_contract(manifest: dict) -> None:

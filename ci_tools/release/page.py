@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import jinja2
 
+from ..compile.records import REPORT, BuildReport
 from ..errors import PackageError
 from ..paths import TEMPLATES
 from ..sources.store import sha256_file
@@ -132,7 +133,7 @@ def _verification(metas: list[dict]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def page_data(manifest: dict, metas: dict[str, dict], report: dict | None, files: dict[str, tuple[int, str]],
+def page_data(manifest: dict, metas: dict[str, dict], report: BuildReport | None, files: dict[str, tuple[int, str]],
               base: str | None) -> dict:
     """Everything the page shows. ``files``: the release's other files (name -> (size, sha256))."""
     cat = _catalog()
@@ -145,15 +146,13 @@ def page_data(manifest: dict, metas: dict[str, dict], report: dict | None, files
         if m:
             cells.setdefault((m[3], m[2], m[1]), {"status": "incomplete", "error": m[4].strip("() ") or None})
     failures = []
-    for r in (report or {}).get("targets", []):
-        if r.get("status") != "failed":
-            continue
-        failures.append({"id": r["id"], "error": r.get("error", ""), "exit_code": r.get("exit_code")})
-        key = (r["precision"], r["soc"], r["model"])
+    for r in report.failed if report is not None else []:
+        failures.append({"id": r.id, "error": r.error or "", "exit_code": r.exit_code})
+        key = (r.precision, r.soc, r.model)
         if cells.get(key, {}).get("status") in (None, "incomplete"):
-            cells[key] = {"status": "failed", "error": f"{r.get('graph', '')}: {r.get('error', '')}".strip(": ")}
+            cells[key] = {"status": "failed", "error": f"{r.graph}: {r.error or ''}".strip(": ")}
         elif cells[key]["status"] == "failed":
-            cells[key]["error"] += f"; {r.get('graph', '')}: {r.get('error', '')}"
+            cells[key]["error"] += f"; {r.graph}: {r.error or ''}"
     for c in cells.values():
         c["symbol"], c["text"] = STATUS[c["status"]]
     order = {n: i for i, n in enumerate(cat.names())} if cat else {}
@@ -200,7 +199,7 @@ def _files(folder: Path) -> dict[str, tuple[int, str]]:
     return {n: ((folder / n).stat().st_size, sha256_file(folder / n)) for n in EXTRA_FILES if (folder / n).is_file()}
 
 
-def write_page(folder: Path, manifest: dict, metas: dict[str, dict], report: dict | None,
+def write_page(folder: Path, manifest: dict, metas: dict[str, dict], report: BuildReport | None,
                base: str | None = None) -> Path:
     data = page_data(manifest, metas, report, _files(folder), base or download_base(manifest.get("tag")))
     write_atomic(folder / PAGE, render_page(data))
@@ -234,11 +233,11 @@ def report(path: Path, repo: str | None = None) -> Path:
     metas = {a["name"]: read_metadata(folder / a["name"]) for a in manifest.get("assets", [])
              if a.get("kind") == "model" and (folder / a["name"]).is_file()}
     build = None
-    for candidate in (folder / "build-report.json", folder.parent / "build-report.json"):
+    for candidate in (folder / REPORT, folder.parent / REPORT):
         if candidate.is_file():
             try:
-                build = json.loads(candidate.read_text())
-            except ValueError:
+                build = BuildReport.read(candidate)
+            except (OSError, ValueError, TypeError):  # a report this page cannot read: the page without failures
                 build = None
             break
     return write_page(folder, manifest, metas, build, download_base(manifest.get("tag"), repo))

@@ -6,7 +6,7 @@ import functools
 
 import jinja2
 
-from ..compile.verify import verdict_label
+from ..compile.records import verdict_label
 from ..paths import TEMPLATES
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ...compile.records import FAILED, GENERATED, REAL, TargetRecord
 from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
@@ -239,23 +240,23 @@ def _key(graph_keys: list[str], clips: list[Clip], language: str, max_tokens: in
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def check_transcripts(loaded, records: dict[str, dict], exports: dict[str, Path], out: Path, cache: Path,
+def check_transcripts(loaded, records: dict[str, TargetRecord], exports: dict[str, Path], out: Path, cache: Path,
                       jobs: int = 1, from_store: bool = False, force: bool = False, progress=None) -> None:
     """Verify every (model, chip, precision) of the models with ``verify.kind: transcript`` whose graphs all built.
 
-    Updates ``records`` (the build's, by target id): ``verified``, ``transcript``, per-graph ``parity``;
+    Replaces the records of ``records`` (the build's, by target id) with ones that say ``verified``,
+    ``transcript``, per-graph ``parity``;
     a chip whose emulator transcript is too far from the CPU's fails both its targets (exit code 7).
     """
     store = cache / "transcripts"
     for model in loaded.matrix.models:
         if model.verify is None or model.name not in exports:
             continue
-        groups: dict[tuple[str, str], list[dict]] = {}
+        groups: dict[tuple[str, str], list[TargetRecord]] = {}
         for r in records.values():
-            if r["model"] == model.name:
-                groups.setdefault((r["soc"], r["precision"]), []).append(r)
-        groups = {k: v for k, v in groups.items()
-                  if len(v) == len(model.graphs) and all(r["status"] in ("ok", "cached") for r in v)}
+            if r.model == model.name:
+                groups.setdefault((r.soc, r.precision), []).append(r)
+        groups = {k: v for k, v in groups.items() if len(v) == len(model.graphs) and all(r.built for r in v)}
         if not groups:
             continue
         clips, recorded = verify_clips(loaded, model, cache)
@@ -267,7 +268,7 @@ def check_transcripts(loaded, records: dict[str, dict], exports: dict[str, Path]
         cpu = None
         for (soc, precision), rs in sorted(groups.items()):
             mine = chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip)
-            key = _key([r["key"] for r in rs], mine, model.verify.language, model.verify.max_tokens)
+            key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
             cached = store / f"{key}.json"
             if cached.is_file() and not force:
                 results[(soc, precision)] = json.loads(cached.read_text())
@@ -284,15 +285,16 @@ def check_transcripts(loaded, records: dict[str, dict], exports: dict[str, Path]
                 "cpu_wer": cpu["wer"],
                 "chip": {"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
                 "clips": [{"path": str(c.path), "name": c.name, "text": c.text} for c in mine],
-                "graphs": {r["graph"]: {"folder": str(out / r["id"]), "context_onnx": r["context_onnx"],
-                                        "binaries": r["binaries"]} for r in rs}})
+                "graphs": {r.graph: {"folder": str(out / r.id), "context_onnx": r.context_onnx,
+                                     "binaries": r.binaries} for r in rs}})
         for job, result in _run(pending, jobs, progress, model.name):
             if isinstance(result, dict):
                 write_json(store / f"{job['key']}.json", result)
             results[(job["soc"], job["precision"])] = result
         export_check = _export_check(export_dir)
         for (soc, precision), result in results.items():
-            _apply(model, groups[(soc, precision)], result, export_check, recorded)
+            for r in _apply(model, groups[(soc, precision)], result, export_check, recorded):
+                records[r.id] = r
 
 
 def _run(pending: list[dict], jobs: int, progress, model: str):
@@ -328,42 +330,44 @@ def _export_check(export_dir: Path) -> dict | None:
         return None
 
 
-def _apply(model, rs: list[dict], result: dict | str | None, export_check: dict | None,
-           recorded: bool = False) -> None:
-    precision = rs[0]["precision"]
+def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_check: dict | None,
+           recorded: bool = False) -> list[TargetRecord]:
+    """The chip's records as the transcript check judged them."""
+    precision = rs[0].precision
     limit = model.verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
+    out = []
     for r in rs:
-        r["verify_kind"] = "transcript"
+        r = r.with_(verify_kind="transcript")
         if result is None:
-            r["verified"] = False
-            r["verify_note"] = "no transcript verification in the store (--from-store never runs the emulator)"
+            out.append(r.with_(verified=False, verify_note="no transcript verification in the store (--from-store "
+                                                           "never runs the emulator)"))
             continue
         if isinstance(result, str):
-            _fail(r, VerifyError(f"{r['id']}: {result}"))
+            out.append(_fail(r, VerifyError(f"{r.id}: {result}")))
             continue
         summary = {k: v for k, v in result.items() if k not in ("parity",)}
         summary["max_wer_vs_cpu"] = limit
         summary["export_check"] = export_check
-        r["transcript"] = summary
-        parity = result["parity"].get(r["graph"])
-        if parity is not None:
-            r["parity"] = parity
-        r["emulator_seconds"] = (result["emulator_seconds_per_encoder_run"] if r["graph"] == "encoder"
-                                 else result["emulator_seconds_per_decoder_step"])
+        parity = result["parity"].get(r.graph)
+        r = r.with_(transcript=summary, **({"parity": parity} if parity is not None else {}),
+                    emulator_seconds=(result["emulator_seconds_per_encoder_run"] if r.graph == "encoder"
+                                      else result["emulator_seconds_per_decoder_step"]))
         if result["wer_vs_cpu"] > limit:
             worst_clip = max(result["clips"], key=lambda c: c["wer_vs_cpu"])
-            _fail(r, VerifyError(
-                f"{r['id']}: the emulator transcript differs from CPU: WER {result['wer_vs_cpu']:.3f} > {limit} "
+            r = _fail(r, VerifyError(
+                f"{r.id}: the emulator transcript differs from CPU: WER {result['wer_vs_cpu']:.3f} > {limit} "
                 f"({worst_clip['file']}: HTP {worst_clip['htp']!r}, CPU {worst_clip['cpu']!r})",
                 hint=f"raise verify.max_wer_vs_cpu.{precision} if this precision is expected to drift, "
                      "or check the calibration"))
         else:
             # espeak-ng clips are synthetic speech: verified, but on real samples only with recordings
-            r["verified"], r["verified_on"] = True, "real-samples" if recorded else "generated-inputs"
+            r = r.with_(verified=True, verified_on=REAL if recorded else GENERATED)
+        out.append(r)
+    return out
 
 
-def _fail(r: dict, e: QnnReleaseError) -> None:
-    r.update({"status": "failed", "verified": False, "error": str(e), "exit_code": e.exit_code})
+def _fail(r: TargetRecord, e: QnnReleaseError) -> TargetRecord:
+    return r.with_(status=FAILED, verified=False, error=str(e), exit_code=e.exit_code)
 
 
 __all__ = ["Clip", "calibration", "check_transcripts", "chip_clips", "load_clips", "wer", "word_errors"]

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ...compile.records import REPORT, BuildReport, read_target
 from ...errors import UsageError
 
 
@@ -16,28 +17,29 @@ def _folder(target: Path, tmp: Path) -> Path:
     (``dist/<model>.encoder.<soc>.<precision>``) with the export they came from (``build-report.json``)."""
     if (target / "whisper.json").is_file():
         return target
-    record_file = target / "target.json"
-    if not record_file.is_file():
+    record = read_target(target)
+    if record is None:
         raise UsageError(f"--target {target}: neither a Whisper archive or export (whisper.json) nor a build target",
                          hint="give an unpacked archive, an export folder, or dist/<model>.encoder.<soc>.<precision>")
-    record = json.loads(record_file.read_text())
     dist = target.parent
-    report = json.loads((dist / "build-report.json").read_text()) if (dist / "build-report.json").is_file() else {}
-    export = report.get("exports", {}).get(record["model"])
+    try:
+        exports = BuildReport.read(dist / REPORT).exports
+    except (OSError, ValueError, TypeError):
+        exports = {}
+    export = exports.get(record.model)
     if export is None or not (Path(export) / "whisper.json").is_file():
-        raise UsageError(f"--target {target}: the export of {record['model']} is not in the cache",
+        raise UsageError(f"--target {target}: the export of {record.model} is not in the cache",
                          hint="run `qnn-release build` again (nothing recompiles)")
     from ...catalog.socs import load_catalog
 
-    soc = load_catalog().get(record["soc"])
+    soc = load_catalog().get(record.soc)
     for graph in ("encoder", "decoder"):
-        folder = dist / f"{record['model']}.{graph}.{soc.name.lower()}.{record['precision']}"
-        try:
-            r = json.loads((folder / "target.json").read_text())
-        except (OSError, ValueError):
-            raise UsageError(f"--target {target}: no finished {folder.name}", hint="build both graphs") from None
-        (tmp / f"{graph}_ctx.onnx").symlink_to((folder / r["context_onnx"]).resolve())
-        for b in r["binaries"]:
+        folder = dist / f"{record.model}.{graph}.{soc.name.lower()}.{record.precision}"
+        r = read_target(folder)
+        if r is None:
+            raise UsageError(f"--target {target}: no finished {folder.name}", hint="build both graphs")
+        (tmp / f"{graph}_ctx.onnx").symlink_to((folder / r.context_onnx).resolve())
+        for b in r.binaries:
             (tmp / b).symlink_to((folder / b).resolve())
     for name in ("tokenizer.json", "mel_filters.npy", "encoder.onnx", "decoder.onnx"):  # the ONNX for --cpu
         (tmp / name).symlink_to(Path(export) / name)

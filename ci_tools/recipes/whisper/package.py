@@ -7,16 +7,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...compile.records import BuildReport, TargetRecord
 from ...errors import PackageError
 from . import runtime
 
 FILES = ("tokenizer.json", "mel_filters.npy")
 
 
-def archive_extras(report: dict, model, soc, records: list[dict], top: str,
+def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord], top: str,
                    root: Path) -> tuple[list[tuple[str, Path | bytes]], dict | None]:
     """(archive members, ``transcript`` numbers) for one chip's Whisper archive."""
-    export = report.get("exports", {}).get(model.name)
+    export = report.exports.get(model.name)
     if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
         raise PackageError(f"{model.name}: the export (tokenizer.json, mel_filters.npy, whisper.json) is gone "
                            "from the cache", hint="run `qnn-release build` again (nothing recompiles)")
@@ -27,7 +28,7 @@ def archive_extras(report: dict, model, soc, records: list[dict], top: str,
     members: list[tuple[str, Path | bytes]] = [(f"{top}/{f}", export / f) for f in FILES]
     members += [(f"{top}/whisper.json", (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
                 (f"{top}/transcribe.py", Path(runtime.__file__).read_bytes())]
-    transcript = records[0].get("transcript")
+    transcript = records[0].transcript
     if not transcript:
         return members, None
     first = transcript["clips"][0]

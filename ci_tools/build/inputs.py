@@ -1,0 +1,50 @@
+"""What a graph is verified and calibrated on: its real samples, a speech model's clips, or generated inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..matrix.schema import LoadedMatrix, Model
+from ..prepare.graph import Prepared, generate_inputs
+from ..prepare.quantize import load_calibration
+from ..sources.samples import SampleSet, calibration_feeds, make_samples
+from ..sources.store import SourceStore, sha256_file
+
+
+def sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepared) -> SampleSet | None:
+    """The graph's real samples: the model's ``samples`` (pinned files, front end), or the older
+    ``calibration.path`` folder of .npz files in the repository."""
+    if m.samples is not None:
+        files = store._fetch(m, m.samples.source)
+        return make_samples(m, prep.graph, prep.inputs, files, prep.outputs)
+    if m.calibration.path and m.verify is None:
+        folder = (loaded.root / m.calibration.path).resolve()
+        feeds = load_calibration(folder, prep.inputs)[:8]  # verify on 8 at most (the emulator's time)
+        files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))[:8]}
+        return SampleSet(streams=[(n, [f]) for n, f in zip(files, feeds)], files=files,
+                         note=f"real samples: {len(feeds)} .npz files from calibration.path ({m.calibration.path})")
+    return None
+
+
+def calibration(loaded: LoadedMatrix, m: Model, prep: Prepared, src: Path, precision: str,
+                 ss: SampleSet | None) -> list[dict[str, np.ndarray]] | None:
+    """What a quantized precision is calibrated on: the model's real samples (a stream's steps with the
+    state CPU carries into them), or a speech model's clips."""
+    if m.verify is not None:  # a speech model calibrates on its clips (decoded on CPU); verified by text
+        from ..recipes.whisper.check import calibration, load_clips
+
+        return calibration(src, load_clips(loaded.root, m.verify.clips), prep.graph, m.calibration.samples,
+                           m.verify.language, m.verify.max_tokens)
+    if ss is None:
+        return None
+    from ..prepare.graph import cpu_session
+
+    sess = cpu_session(prep.path)
+    return calibration_feeds(ss, lambda f: sess.run(None, f), [o.name for o in prep.outputs])
+
+
+def generated(m: Model, prep: Prepared) -> list[dict[str, np.ndarray]]:
+    return generate_inputs(prep.inputs, count=m.calibration.samples, seed=m.calibration.seed,
+                           ranges=prep.input_ranges)

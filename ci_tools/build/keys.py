@@ -1,0 +1,57 @@
+"""A target's content-addressed key, and the finished target it names (in ``out`` or the store)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from ..compile.records import CACHED, OK, TargetRecord, read_target
+from ..compile.target_job import COMPILE_VERSION, copy_atomic, put_in_store
+from ..matrix.plan import Target
+from ..matrix.schema import Model
+from ..prepare.graph import Prepared, generated_inputs_note
+from ..prepare.quantize import QUANT_VERSION, weight_scales
+from ..sources.samples import SampleSet
+
+
+def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None,
+               verify: str | None = None) -> str:
+    """``verify``: a digest of what the target is verified on (its real samples, or how its inputs are
+    generated): new samples re-verify it, never "cached" on the old inputs."""
+    spec = {"v": COMPILE_VERSION, "prepared": prepared.sha256, "backend": backend, "sdk": sdk,
+            "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
+            "options": t.model.options.model_dump(mode="json"), "calibration": calib, "verify": verify}
+    if calib:
+        spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
+        spec["quantizer"] = QUANT_VERSION
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _finished(folder: Path, key: str) -> TargetRecord | None:
+    record = read_target(folder)
+    if record is None or record.key != key or record.status != OK:
+        return None
+    if not all((folder / f["name"]).is_file() for f in record.files or []):
+        return None
+    return record
+
+
+def cached(out: Path, store: Path, t: Target, key: str) -> TargetRecord | None:
+    """The target as already built, in ``out`` or in the content-addressed store (then copied to ``out``)."""
+    record = _finished(out / t.id, key)
+    if record is None:
+        record = _finished(store / key, key)
+        if record is None:
+            return None
+        copy_atomic(store / key, out / t.id)
+    else:
+        put_in_store(out / t.id, store / key)
+    return record.with_(status=CACHED)
+
+
+def verify_digest(m: Model, prep: Prepared, ss: SampleSet | None) -> str:
+    if ss is not None:
+        return ss.digest
+    return hashlib.sha256(json.dumps({"generated": generated_inputs_note(prep.input_ranges),
+                                      "seed": m.calibration.seed}).encode()).hexdigest()
