@@ -230,80 +230,89 @@ def _err(path: Path, lines: dict, loc: tuple, text: str, hint: str | None = None
 
 
 def _check_semantics(cat: Catalog, path: Path, lines: dict) -> None:
-    seen: dict[str, str] = {}
+    err = functools.partial(_err, path, lines)
+    seen: dict[str, str] = {}  # every spelling (normalised) -> its chip
     ids: dict[int, str] = {}
-    by_name: dict[str, Soc] = {}
+    by_name: dict[str, Soc] = {}  # the chips so far: build_as names one listed before it
     for i, soc in enumerate(cat.socs):
         if soc.name in by_name:
-            raise _err(path, lines, ("socs", i, "name"), f"{soc.name} is listed twice", "keep one entry per chip")
+            raise err(("socs", i, "name"), f"{soc.name} is listed twice", "keep one entry per chip")
         by_name[soc.name] = soc
-        keys = [(soc.name, ("socs", i, "name"))]
-        keys += [(k, ("socs", i, f, j)) for f in UNIQUE_SPELLINGS for j, k in enumerate(getattr(soc, f))]
-        if soc.marketing:
-            keys.append((soc.marketing, ("socs", i, "marketing")))
-        for key, loc in keys:
-            k = _norm(key)
-            if k in seen and seen[k] != soc.name:
-                raise _err(path, lines, loc, f"'{key}' names both {seen[k]} and {soc.name}",
-                           "a name or alias must point to one chip")
-            seen[k] = soc.name
-        for j, soc_id in enumerate(soc.soc_ids):
-            if soc_id in ids and ids[soc_id] != soc.name:
-                raise _err(path, lines, ("socs", i, "soc_ids", j),
-                           f"soc_id {soc_id} names both {ids[soc_id]} and {soc.name}",
-                           "a kernel soc_id identifies one chip")
-            ids[soc_id] = soc.name
-        for field, srcs in soc.sources.items():
-            if field not in SOURCED:
-                raise _err(path, lines, ("socs", i, "sources", field), f"socs[{i}].sources: unknown field '{field}'",
-                           did_you_mean(field, SOURCED) or f"one of {', '.join(SOURCED)}")
-            for src in srcs:
-                if src not in cat.sources:
-                    raise _err(path, lines, ("socs", i, "sources", field),
-                               f"socs[{i}].sources.{field}: unknown source '{src}'",
-                               f"declare it under 'sources:' ({', '.join(cat.sources)})")
-        for field in ("soc_model", "htp_arch", "vtcm_mb", "fp16", "qnn_min"):
-            if getattr(soc, field) is not None and not soc.sources.get(field):
-                raise _err(path, lines, ("socs", i, field), f"{soc.name}.{field}: a number without a source",
-                           f"add sources: {{{field}: [...]}} (keys from 'sources:'), or write null")
-        for field, claims in soc.disputed.items():
-            for src in claims:
-                if src not in cat.sources:
-                    raise _err(path, lines, ("socs", i, "disputed", field),
-                               f"socs[{i}].disputed.{field}: unknown source '{src}'",
-                               f"declare it under 'sources:' ({', '.join(cat.sources)})")
+        _check_spellings(err, soc, i, seen, ids)
+        _check_sources(err, cat, soc, i)
         if soc.build_as is not None:
-            target = by_name.get(soc.build_as)
-            if target is None or target.build_as is not None or target is soc:
-                raise _err(path, lines, ("socs", i, "build_as"),
-                           f"{soc.name}.build_as: '{soc.build_as}' is not a build target",
-                           did_you_mean(soc.build_as, by_name) or "name a chip without build_as")
-            for field in ("soc_model", "htp_arch", "vtcm_mb", "fp16"):
-                mine, theirs = getattr(soc, field), getattr(target, field)
-                if mine != theirs and not (field in ("vtcm_mb", "fp16") and mine is None):
-                    raise _err(path, lines, ("socs", i, field),
-                               f"{soc.name} builds as {target.name} but its {field} is {mine}, not {theirs}",
-                               "chips that share one build share its soc_model, arch, VTCM and fp16")
+            _check_build_as(err, soc, i, by_name)
     first: dict[int, Soc] = {}
     for i, soc in enumerate(cat.socs):
         if soc.build_as is None:
             if soc.soc_model in first:
-                raise _err(path, lines, ("socs", i, "soc_model"),
-                           f"{soc.name}: soc_model {soc.soc_model} is also {first[soc.soc_model].name}'s",
-                           f"one soc_model is one build: add `build_as: {first[soc.soc_model].name}`")
+                raise err(("socs", i, "soc_model"),
+                          f"{soc.name}: soc_model {soc.soc_model} is also {first[soc.soc_model].name}'s",
+                          f"one soc_model is one build: add `build_as: {first[soc.soc_model].name}`")
             first[soc.soc_model] = soc
     for j, u in enumerate(cat.unbuilt):
         if _norm(u.name) in seen:
-            raise _err(path, lines, ("unbuilt", j, "name"), f"{u.name} is both a chip and unbuilt",
-                       "keep it in one place")
+            raise err(("unbuilt", j, "name"), f"{u.name} is both a chip and unbuilt", "keep it in one place")
         for src in u.sources:
             if src not in cat.sources:
-                raise _err(path, lines, ("unbuilt", j, "sources"), f"unbuilt[{j}]: unknown source '{src}'")
+                raise err(("unbuilt", j, "sources"), f"unbuilt[{j}]: unknown source '{src}'")
     for g, members in cat.groups.items():
         for j, m in enumerate(members):
             if m not in by_name:
-                raise _err(path, lines, ("groups", g, j), f"groups.{g}: unknown chip '{m}'",
-                           did_you_mean(m, by_name) or "list chips by their catalog name")
+                raise err(("groups", g, j), f"groups.{g}: unknown chip '{m}'",
+                          did_you_mean(m, by_name) or "list chips by their catalog name")
+
+
+def _check_spellings(err, soc: Soc, i: int, seen: dict[str, str], ids: dict[int, str]) -> None:
+    """A name, alias, marketing name or kernel soc_id points to one chip."""
+    keys = [(soc.name, ("socs", i, "name"))]
+    keys += [(k, ("socs", i, f, j)) for f in UNIQUE_SPELLINGS for j, k in enumerate(getattr(soc, f))]
+    if soc.marketing:
+        keys.append((soc.marketing, ("socs", i, "marketing")))
+    for key, loc in keys:
+        k = _norm(key)
+        if k in seen and seen[k] != soc.name:
+            raise err(loc, f"'{key}' names both {seen[k]} and {soc.name}", "a name or alias must point to one chip")
+        seen[k] = soc.name
+    for j, soc_id in enumerate(soc.soc_ids):
+        if soc_id in ids and ids[soc_id] != soc.name:
+            raise err(("socs", i, "soc_ids", j), f"soc_id {soc_id} names both {ids[soc_id]} and {soc.name}",
+                      "a kernel soc_id identifies one chip")
+        ids[soc_id] = soc.name
+
+
+def _check_sources(err, cat: Catalog, soc: Soc, i: int) -> None:
+    """Every number has a source, and every source is declared."""
+    for field, srcs in soc.sources.items():
+        if field not in SOURCED:
+            raise err(("socs", i, "sources", field), f"socs[{i}].sources: unknown field '{field}'",
+                      did_you_mean(field, SOURCED) or f"one of {', '.join(SOURCED)}")
+        for src in srcs:
+            if src not in cat.sources:
+                raise err(("socs", i, "sources", field), f"socs[{i}].sources.{field}: unknown source '{src}'",
+                          f"declare it under 'sources:' ({', '.join(cat.sources)})")
+    for field in ("soc_model", "htp_arch", "vtcm_mb", "fp16", "qnn_min"):
+        if getattr(soc, field) is not None and not soc.sources.get(field):
+            raise err(("socs", i, field), f"{soc.name}.{field}: a number without a source",
+                      f"add sources: {{{field}: [...]}} (keys from 'sources:'), or write null")
+    for field, claims in soc.disputed.items():
+        for src in claims:
+            if src not in cat.sources:
+                raise err(("socs", i, "disputed", field), f"socs[{i}].disputed.{field}: unknown source '{src}'",
+                          f"declare it under 'sources:' ({', '.join(cat.sources)})")
+
+
+def _check_build_as(err, soc: Soc, i: int, by_name: dict[str, Soc]) -> None:
+    """A chip that builds as another shares its soc_model, arch, VTCM and fp16."""
+    target = by_name.get(soc.build_as)
+    if target is None or target.build_as is not None or target is soc:
+        raise err(("socs", i, "build_as"), f"{soc.name}.build_as: '{soc.build_as}' is not a build target",
+                  did_you_mean(soc.build_as, by_name) or "name a chip without build_as")
+    for field in ("soc_model", "htp_arch", "vtcm_mb", "fp16"):
+        mine, theirs = getattr(soc, field), getattr(target, field)
+        if mine != theirs and not (field in ("vtcm_mb", "fp16") and mine is None):
+            raise err(("socs", i, field), f"{soc.name} builds as {target.name} but its {field} is {mine}, not {theirs}",
+                      "chips that share one build share its soc_model, arch, VTCM and fp16")
 
 
 @functools.lru_cache(maxsize=8)

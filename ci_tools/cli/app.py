@@ -226,7 +226,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"qnn-release {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _catalog_and_matrix_commands(sub)
+    _new_model_and_image_commands(sub)
+    from . import build as cli_build
 
+    cli_build.register(sub, _matrix_arg, _target_filters)
+    from . import release as cli_release
+    from . import sdk as cli_sdk
+
+    cli_release.register(sub)
+    cli_sdk.register(sub, _matrix_arg)
+    from ..recipes.whisper import cli as whisper_cli
+
+    whisper_cli.register(sub)
+    return parser
+
+
+def _catalog_and_matrix_commands(sub) -> None:
     p = sub.add_parser("socs", help="list the chip catalog, resolve a chip name, or check it against QNN")
     p.add_argument("--json", action="store_true")
     p.add_argument("--check", action="store_true",
@@ -258,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
 
+
+def _new_model_and_image_commands(sub) -> None:
     p = sub.add_parser("inspect", help="a new ONNX model: I/O, a graphs[] entry, ops, what HTP rejects and why")
     p.add_argument("model", type=Path, help="the .onnx file")
     p.add_argument("--soc", action="append", help="chips to try (default: one per HTP arch of the flagship group)")
@@ -284,19 +302,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "one differs from the table")
     p.add_argument("--soc", default="SM8750", help="the chip to probe (default SM8750)")
     p.set_defaults(func=cmd_probes)
-
-    from . import build as cli_build
-
-    cli_build.register(sub, _matrix_arg, _target_filters)
-    from . import release as cli_release
-    from . import sdk as cli_sdk
-
-    cli_release.register(sub)
-    cli_sdk.register(sub, _matrix_arg)
-    from ..recipes.whisper import cli as whisper_cli
-
-    whisper_cli.register(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,48 +100,12 @@ def control_flow(m, entry: dict) -> list[dict]:
     constants or by shapes folds once the shapes are static; one decided by small inputs only (a sample
     rate, a mode flag) folds once they are `graphs[].constants`; one decided by the data does not, and
     the graph has to be split or rewritten there."""
-    from onnx import AttributeProto
-
     inputs = {v.name: v for v in m.graph.input}
     producer, ifs = {}, []
-
-    def subgraphs(n):
-        for a in n.attribute:
-            yield from ([a.g] if a.type == AttributeProto.GRAPH else a.graphs)
-
-    def walk(g):
-        for n in g.node:
-            producer.update({o: n for o in n.output})
-            if n.op_type == "If":
-                ifs.append(n)
-            for sg in subgraphs(n):
-                walk(sg)
-
-    def reads(n) -> list[str]:
-        """What a node reads: its inputs, and the outer values its subgraphs use."""
-        names = [i for i in n.input if i]
-        for sg in subgraphs(n):
-            inner = {o for x in sg.node for o in x.output} | {i.name for i in sg.input} | {
-                i.name for i in sg.initializer}
-            names += [i for x in sg.node for i in reads(x) if i not in inner]
-        return names
-
-    walk(m.graph)
+    _index(m.graph, producer, ifs)
     found = []
     for node in ifs:
-        seen, todo, sources, shaped = set(), [node.input[0]], set(), False
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            n = producer.get(name)
-            if name in inputs and n is None:
-                sources.add(name)
-            elif n is not None and n.op_type in ("Shape", "Size"):
-                shaped = True  # a shape, static once prepared
-            elif n is not None:
-                todo += reads(n)
+        sources, shaped = _condition_sources(node, producer, inputs)
         small = {x for x in sources if _elements(inputs[x], entry) is not None and _elements(inputs[x], entry) <= 1}
         if sources and small == sources:
             moved = [x for x in sorted(sources) if x in entry.get("inputs", {})]
@@ -156,6 +120,50 @@ def control_flow(m, entry: dict) -> list[dict]:
             fix = "decided by constants only: prepare folds it"
         found.append({"node": node.name or "If", "condition_from": sorted(sources), "fix": fix})
     return found
+
+
+def _subgraphs(n):
+    from onnx import AttributeProto
+
+    for a in n.attribute:
+        yield from ([a.g] if a.type == AttributeProto.GRAPH else a.graphs)
+
+
+def _index(g, producer: dict, ifs: list) -> None:
+    """Every value's producing node, and every If, subgraphs included."""
+    for n in g.node:
+        producer.update({o: n for o in n.output})
+        if n.op_type == "If":
+            ifs.append(n)
+        for sg in _subgraphs(n):
+            _index(sg, producer, ifs)
+
+
+def _reads(n) -> list[str]:
+    """What a node reads: its inputs, and the outer values its subgraphs use."""
+    names = [i for i in n.input if i]
+    for sg in _subgraphs(n):
+        inner = {o for x in sg.node for o in x.output} | {i.name for i in sg.input} | {i.name for i in sg.initializer}
+        names += [i for x in sg.node for i in _reads(x) if i not in inner]
+    return names
+
+
+def _condition_sources(node, producer: dict, inputs: dict) -> tuple[set[str], bool]:
+    """The graph inputs an If's condition is computed from, and whether a shape is on the way."""
+    seen, todo, sources, shaped = set(), [node.input[0]], set(), False
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        n = producer.get(name)
+        if name in inputs and n is None:
+            sources.add(name)
+        elif n is not None and n.op_type in ("Shape", "Size"):
+            shaped = True  # a shape, static once prepared
+        elif n is not None:
+            todo += _reads(n)
+    return sources, shaped
 
 
 def _elements(v, entry: dict) -> int | None:
@@ -174,8 +182,7 @@ def _elements(v, entry: dict) -> int | None:
 def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | None = None) -> dict:
     import onnx
 
-    from ..matrix.schema import Graph, InputSpec, Options
-    from ..prepare.graph import _dtype_name, prepare
+    from ..prepare.graph import _dtype_name
     from .doctor import source_kind
 
     try:
@@ -197,51 +204,64 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
               "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": [],
               "source_kind": source_kind(m)}
     with tempfile.TemporaryDirectory() as tmp:
-        model = SimpleNamespace(name="inspect", options=Options())
-        defaulted = any(i["name"] not in given_shapes and any(not isinstance(d, int) for d in i["dims"][1:])
-                        for i in inputs)
-        first_error, prepared = None, None
-        for length in LENGTHS if defaulted else LENGTHS[:1]:  # 16 first; strided nets need multiples of 32
-            entry = suggest_graph(path, inputs, given_shapes, length, file=member)
-            graph = Graph(name=entry["name"], file=path.name,
-                          inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
-            try:
-                prepared = prepare(model, graph, path.parent, Path(tmp) / str(length), "inspect")
-                break
-            except QnnReleaseError as e:
-                first_error = first_error or e
-                if "do not line up" not in str(e):
-                    break
-        if first_error is not None and prepared is not None:
-            first_error = str(first_error).split(" (hint:")[0]
-            report["notes"].append(f"at length {LENGTHS[0]}: {str(first_error).split(': ', 1)[-1]}; the lengths "
-                                   f"now suggested work ({length}): the app's sizes must be multiples of the "
-                                   "network's stride")
+        prepared, entry = _prepare_at_lengths(path, inputs, given_shapes, member, Path(tmp), report)
         report["suggested_graph"] = entry
         if prepared is None:
-            report["prepare"] = {"ok": False, "error": str(first_error)}
             return report
         report["prepare"] = {"ok": True, "notes": prepared.notes, "outputs": [o.__dict__ for o in prepared.outputs],
                              "parameters": prepared.parameters}
         if samples is not None:
             report["fp16_range"] = _fp16_range(path, samples)
-        from .doctor import trial_compile
-
-        for soc in socs:
-            row = {"soc": soc.name, "htp_arch": soc.arch, "fp16": bool(soc.fp16)}
-            if not soc.fp16:
-                row.update(ok=False, error="no fp16 on this HTP: inspect with a chip that has it; build this one "
-                                           "as w8a16 or int8")
-                report["htp"].append(row)
-                continue
-            d = trial_compile(prepared.path, soc.soc_model, soc.htp_arch, fp16=True)
-            if d is None:
-                row.update(ok=False, error="the trial compile failed for another reason: see `build --verbose`")
-            else:
-                row.update(ok=not d.rejected, htp_nodes=sum(prepared.op_counts.values()) - len(d.rejected),
-                           **d.as_dict())
-            report["htp"].append(row)
+        report["htp"] = [_htp_row(prepared, soc) for soc in socs]
     return report
+
+
+def _prepare_at_lengths(path: Path, inputs: list[dict], given_shapes: dict, member, tmp: Path, report: dict):
+    """Prepare the model at the suggested lengths (16 first; strided nets need multiples of 32): the prepared
+    graph (None when no length works, the error in ``report``) and the entry that worked."""
+    from ..matrix.schema import Graph, InputSpec, Options
+    from ..prepare.graph import prepare
+
+    model = SimpleNamespace(name="inspect", options=Options())
+    defaulted = any(i["name"] not in given_shapes and any(not isinstance(d, int) for d in i["dims"][1:])
+                    for i in inputs)
+    first_error, prepared = None, None
+    for length in LENGTHS if defaulted else LENGTHS[:1]:
+        entry = suggest_graph(path, inputs, given_shapes, length, file=member)
+        graph = Graph(name=entry["name"], file=path.name,
+                      inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
+        try:
+            prepared = prepare(model, graph, path.parent, tmp / str(length), "inspect")
+            break
+        except QnnReleaseError as e:
+            first_error = first_error or e
+            if "do not line up" not in str(e):
+                break
+    if first_error is not None and prepared is not None:
+        first_error = str(first_error).split(" (hint:")[0]
+        report["notes"].append(f"at length {LENGTHS[0]}: {str(first_error).split(': ', 1)[-1]}; the lengths "
+                               f"now suggested work ({length}): the app's sizes must be multiples of the "
+                               "network's stride")
+    if prepared is None:
+        report["prepare"] = {"ok": False, "error": str(first_error)}
+    return prepared, entry
+
+
+def _htp_row(prepared, soc) -> dict:
+    """What a trial compile for ``soc`` says of the prepared graph."""
+    from .doctor import trial_compile
+
+    row = {"soc": soc.name, "htp_arch": soc.arch, "fp16": bool(soc.fp16)}
+    if not soc.fp16:
+        row.update(ok=False, error="no fp16 on this HTP: inspect with a chip that has it; build this one "
+                                   "as w8a16 or int8")
+        return row
+    d = trial_compile(prepared.path, soc.soc_model, soc.htp_arch, fp16=True)
+    if d is None:
+        row.update(ok=False, error="the trial compile failed for another reason: see `build --verbose`")
+    else:
+        row.update(ok=not d.rejected, htp_nodes=sum(prepared.op_counts.values()) - len(d.rejected), **d.as_dict())
+    return row
 
 
 def _fp16_range(path: Path, folder: Path) -> dict:

@@ -125,69 +125,81 @@ def _ep_findings(catalog: Catalog, socs: list[Soc], full: bool, report: Report) 
 
     qnn_ep.qnn_version()  # BackendUnavailable when onnxruntime-qnn is missing
     report.toolchains.append(f"{EP} {qnn_ep.ep_package_version()} (QNN {qnn_ep.qnn_version()})")
-    by_name = {s.name: s for s in catalog.socs}
-    unbuilt = {u.name: u for u in catalog.unbuilt}
     names = [s.name for s in socs]
     if full:
         enum = yaml.safe_load(SNAPSHOT.read_text())["tables"]["qnnh"]["rows"]
-        names += [n for n in [*unbuilt, *enum] if n not in names]
+        names += [n for n in [*(u.name for u in catalog.unbuilt), *enum] if n not in names]
     with tempfile.TemporaryDirectory() as tmp:
         ep = _Ep(Path(tmp))
-        for name in names:  # 1. the EP's name table (a quantized graph compiles for every soc_model it knows)
-            got = ep.compile(ep.qdq, name, None, fp16=False)
-            value = got[1] if got else 0
-            soc = by_name.get(name)
-            if soc is not None:
-                if value == 0:
-                    report.findings.append(Finding(name, "name", str(soc.soc_model), "unknown name (0)",
-                                                   "the EP's name table does not list it",
-                                                   known="qnn-release always passes the numeric soc_model"))
-                elif value != soc.soc_model:
-                    report.findings.append(Finding(name, "soc_model", str(soc.soc_model), f"{value} (by name)",
-                                                   "the EP's name table disagrees",
-                                                   known=soc.toolchain_notes.get("soc_model")))
-            elif value:
-                u = unbuilt.get(name)
-                report.findings.append(Finding(name, "name", "not in the catalog", f"soc_model {value} (by name)",
-                                               "the EP knows a chip the catalog lacks",
-                                               known=f"unbuilt: {u.reason}" if u and u.soc_model == value else None))
-        archs = sorted({s.htp_arch for s in socs} - set(ORT_EP_HTP_ARCHS))
-        for arch in archs:  # 2. archs the EP does not parse: does it still record 0?
-            soc = next(s for s in socs if s.htp_arch == arch)
-            got = ep.compile(ep.qdq, soc.soc_model, arch, fp16=False)
-            if got and got[0] == arch:
-                report.findings.append(Finding(soc.name, "htp_arch", soc.arch, f"the EP accepts htp_arch {arch}",
-                                               "qnn-release refuses this arch on the ort route",
-                                               known=None))
-            else:
-                report.findings.append(Finding(soc.name, "htp_arch", soc.arch, f"htp_arch {arch} rejected (recorded "
-                                               f"{got[0] if got else 'nothing'})", "the EP cannot target this arch",
-                                               known="`plan --backend ort` refuses chips of this arch, naming why"))
-        seen: set[int] = set()
-        for soc in socs:  # 3. per build target: does the HTP backend know the soc_model; does it take float?
-            target = catalog.target(soc)
-            if target.soc_model in seen:
-                continue
-            seen.add(target.soc_model)
-            report.compared += 1
-            arch = target.htp_arch if target.htp_arch in ORT_EP_HTP_ARCHS else None
-            if ep.compile(ep.qdq, target.soc_model, arch, fp16=False) is None:
-                report.findings.append(Finding(target.name, "soc_model", str(target.soc_model), "refused",
-                                               "the HTP backend refuses a quantized graph for this soc_model",
-                                               known=target.toolchain_notes.get("soc_model")))
-                continue
-            takes_float = ep.compile(ep.float, target.soc_model, arch, fp16=True) is not None
-            note = target.toolchain_notes.get("fp16")
-            if target.fp16 is True and not takes_float:
-                report.findings.append(Finding(target.name, "fp16", "true", "float ops refused",
-                                               "the HTP backend refuses float ops for this soc_model", known=note))
-            elif target.fp16 is False and takes_float:
-                report.findings.append(Finding(target.name, "fp16", "false", "a float op compiles",
-                                               "the HTP backend accepts a one-node float graph", known=note))
-            elif target.fp16 is None and not takes_float:
-                report.findings.append(Finding(target.name, "fp16", "unknown", "float ops refused",
-                                               "the toolchain says no fp16: write fp16: false (source ep251)",
-                                               known=note))
+        _ep_name_table(ep, catalog, names, report)
+        _ep_archs(ep, socs, report)
+        _ep_targets(ep, catalog, socs, report)
+
+
+def _ep_name_table(ep: _Ep, catalog: Catalog, names: list[str], report: Report) -> None:
+    """1. The EP's name table (a quantized graph compiles for every soc_model it knows)."""
+    by_name = {s.name: s for s in catalog.socs}
+    unbuilt = {u.name: u for u in catalog.unbuilt}
+    for name in names:
+        got = ep.compile(ep.qdq, name, None, fp16=False)
+        value = got[1] if got else 0
+        soc = by_name.get(name)
+        if soc is not None:
+            if value == 0:
+                report.findings.append(Finding(name, "name", str(soc.soc_model), "unknown name (0)",
+                                               "the EP's name table does not list it",
+                                               known="qnn-release always passes the numeric soc_model"))
+            elif value != soc.soc_model:
+                report.findings.append(Finding(name, "soc_model", str(soc.soc_model), f"{value} (by name)",
+                                               "the EP's name table disagrees",
+                                               known=soc.toolchain_notes.get("soc_model")))
+        elif value:
+            u = unbuilt.get(name)
+            report.findings.append(Finding(name, "name", "not in the catalog", f"soc_model {value} (by name)",
+                                           "the EP knows a chip the catalog lacks",
+                                           known=f"unbuilt: {u.reason}" if u and u.soc_model == value else None))
+
+
+def _ep_archs(ep: _Ep, socs: list[Soc], report: Report) -> None:
+    """2. Archs the EP does not parse: does it still record 0?"""
+    for arch in sorted({s.htp_arch for s in socs} - set(ORT_EP_HTP_ARCHS)):
+        soc = next(s for s in socs if s.htp_arch == arch)
+        got = ep.compile(ep.qdq, soc.soc_model, arch, fp16=False)
+        if got and got[0] == arch:
+            report.findings.append(Finding(soc.name, "htp_arch", soc.arch, f"the EP accepts htp_arch {arch}",
+                                           "qnn-release refuses this arch on the ort route", known=None))
+        else:
+            report.findings.append(Finding(soc.name, "htp_arch", soc.arch, f"htp_arch {arch} rejected (recorded "
+                                           f"{got[0] if got else 'nothing'})", "the EP cannot target this arch",
+                                           known="`plan --backend ort` refuses chips of this arch, naming why"))
+
+
+def _ep_targets(ep: _Ep, catalog: Catalog, socs: list[Soc], report: Report) -> None:
+    """3. Per build target: does the HTP backend know the soc_model; does it take float?"""
+    seen: set[int] = set()
+    for soc in socs:
+        target = catalog.target(soc)
+        if target.soc_model in seen:
+            continue
+        seen.add(target.soc_model)
+        report.compared += 1
+        arch = target.htp_arch if target.htp_arch in ORT_EP_HTP_ARCHS else None
+        if ep.compile(ep.qdq, target.soc_model, arch, fp16=False) is None:
+            report.findings.append(Finding(target.name, "soc_model", str(target.soc_model), "refused",
+                                           "the HTP backend refuses a quantized graph for this soc_model",
+                                           known=target.toolchain_notes.get("soc_model")))
+            continue
+        takes_float = ep.compile(ep.float, target.soc_model, arch, fp16=True) is not None
+        note = target.toolchain_notes.get("fp16")
+        if target.fp16 is True and not takes_float:
+            report.findings.append(Finding(target.name, "fp16", "true", "float ops refused",
+                                           "the HTP backend refuses float ops for this soc_model", known=note))
+        elif target.fp16 is False and takes_float:
+            report.findings.append(Finding(target.name, "fp16", "false", "a float op compiles",
+                                           "the HTP backend accepts a one-node float graph", known=note))
+        elif target.fp16 is None and not takes_float:
+            report.findings.append(Finding(target.name, "fp16", "unknown", "float ops refused",
+                                           "the toolchain says no fp16: write fp16: false (source ep251)", known=note))
 
 
 QAIRT_PROBE = r"""

@@ -290,32 +290,10 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
             at += n
         d = judge(rr, gg, thresholds, peak=float(np.max(np.abs(rr))) if rr.size else 0.0)
         d["peak_cpu"] = float(np.max(np.abs(rr))) if rr.size else 0.0
-        errs = [float(np.max(np.abs(a - b))) if a.size else 0.0 for a, b in zip(r, g)]
-        w = int(np.argmax(errs))
-        d["worst_step"] = {"sample": where[w][0], "step": where[w][1], "max_abs": errs[w],
-                           "cpu": float(r[w][np.argmax(np.abs(r[w] - g[w]))]),
-                           "htp": float(g[w][np.argmax(np.abs(r[w] - g[w]))])}
-        d["sample"] = f"{where[w][0]} step {where[w][1]}"
-        lo, hi = stream.range.get(name, (float(rr.min()), float(rr.max())))
-        slack = 0.0 if name in stream.range else 0.01 * (hi - lo)  # fp16 rounding at the edges of what CPU spans
-        lo32, hi32 = np.nextafter(np.float32(lo - slack), np.float32(-np.inf)), np.nextafter(
-            np.float32(hi + slack), np.float32(np.inf))  # 1 fp32 ulp: HTP's float32 outputs read 1 ulp high
-        outside = (gg < lo32) | (gg > hi32)
-        if outside.any():
-            first = int(np.argmax(outside))
-            step_of = np.repeat(np.arange(len(g)), [a.size for a in g])[first]
-            d["outside_range"] = int(outside.sum())
-            d["failures"].append(f"{int(outside.sum())} value(s) outside [{lo:.4g}, {hi:.4g}] "
-                                 f"({'declared' if name in stream.range else 'what CPU spans'}), first "
-                                 f"{gg[first]:.6g} at {where[step_of][0]} step {where[step_of][1]}")
+        _worst_step(d, r, g, where)
+        _outside_range(d, name, rr, gg, g, where, stream)
         if name in stream.decisions:
-            th = stream.decisions[name]
-            flips = int(np.sum((rr > th) != (gg > th)))
-            d["decision_flips"] = flips
-            d["flip_rate"] = flips / max(1, rr.size)
-            if d["flip_rate"] > stream.max_flips:
-                d["failures"].append(f"{flips} of {rr.size} decisions at {th} differ from CPU "
-                                     f"({100 * d['flip_rate']:.1f}% > {100 * stream.max_flips:.1f}%)")
+            _decision_flips(d, rr, gg, stream.decisions[name], stream.max_flips)
         if name in stream.carry:  # how far the carried state has drifted at the end of each stream
             ends = [(float(np.max(np.abs(np.asarray(sr[-1][k], np.float64) - np.asarray(sg[-1][k], np.float64)))),
                      sname) for sname, sr, sg in zip(streams, reference, compiled) if sr]
@@ -332,3 +310,40 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
         per_output[name] = d
     return _conclude(target_id, per_output, list(per_output.values()), thresholds, precision, inputs_note,
                      emulator_seconds, steps, per_sample)
+
+
+def _worst_step(d: dict, r: list[np.ndarray], g: list[np.ndarray], where: list[tuple[str, int]]) -> None:
+    """The step of the sequence where HTP is furthest from CPU, with both values there."""
+    errs = [float(np.max(np.abs(a - b))) if a.size else 0.0 for a, b in zip(r, g)]
+    w = int(np.argmax(errs))
+    d["worst_step"] = {"sample": where[w][0], "step": where[w][1], "max_abs": errs[w],
+                       "cpu": float(r[w][np.argmax(np.abs(r[w] - g[w]))]),
+                       "htp": float(g[w][np.argmax(np.abs(r[w] - g[w]))])}
+    d["sample"] = f"{where[w][0]} step {where[w][1]}"
+
+
+def _outside_range(d: dict, name: str, rr: np.ndarray, gg: np.ndarray, g: list[np.ndarray],
+                   where: list[tuple[str, int]], stream: Stream) -> None:
+    """HTP values outside the declared range (or what CPU spans, with 1% slack), 1 fp32 ulp allowed."""
+    lo, hi = stream.range.get(name, (float(rr.min()), float(rr.max())))
+    slack = 0.0 if name in stream.range else 0.01 * (hi - lo)  # fp16 rounding at the edges of what CPU spans
+    lo32, hi32 = np.nextafter(np.float32(lo - slack), np.float32(-np.inf)), np.nextafter(
+        np.float32(hi + slack), np.float32(np.inf))  # 1 fp32 ulp: HTP's float32 outputs read 1 ulp high
+    outside = (gg < lo32) | (gg > hi32)
+    if outside.any():
+        first = int(np.argmax(outside))
+        step_of = np.repeat(np.arange(len(g)), [a.size for a in g])[first]
+        d["outside_range"] = int(outside.sum())
+        d["failures"].append(f"{int(outside.sum())} value(s) outside [{lo:.4g}, {hi:.4g}] "
+                             f"({'declared' if name in stream.range else 'what CPU spans'}), first "
+                             f"{gg[first]:.6g} at {where[step_of][0]} step {where[step_of][1]}")
+
+
+def _decision_flips(d: dict, rr: np.ndarray, gg: np.ndarray, th: float, max_flips: float) -> None:
+    """How often HTP's decision at the threshold differs from CPU's."""
+    flips = int(np.sum((rr > th) != (gg > th)))
+    d["decision_flips"] = flips
+    d["flip_rate"] = flips / max(1, rr.size)
+    if d["flip_rate"] > max_flips:
+        d["failures"].append(f"{flips} of {rr.size} decisions at {th} differ from CPU "
+                             f"({100 * d['flip_rate']:.1f}% > {100 * max_flips:.1f}%)")

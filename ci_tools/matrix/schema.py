@@ -374,78 +374,101 @@ class LoadedMatrix:
 
 
 def _semantic_errors(m: Matrix, catalog: Catalog) -> tuple[Loc, str, str | None] | None:
+    """The first mistake the schema cannot see (duplicates, files a source does not have, unknown chips)."""
     seen: dict[str, int] = {}
     for i, model in enumerate(m.models):
         if model.name in seen:
             return (("models", i, "name"), f"duplicate model name '{model.name}'",
                     f"models[{seen[model.name]}] already has it")
         seen[model.name] = i
-        graph_names: set[str] = set()
+        problem = (_graph_errors(model, i) or _file_errors(model, i) or _verify_errors(model, i)
+                   or _chip_errors(model, i, catalog))
+        if problem is not None:
+            return problem
+    return None
+
+
+def _graph_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
+    graph_names: set[str] = set()
+    for j, g in enumerate(model.graphs):
+        if g.name in graph_names:
+            return (("models", i, "graphs", j, "name"), f"duplicate graph name '{g.name}'",
+                    "graph names must be unique within a model")
+        graph_names.add(g.name)
+        for name in g.constants:
+            if name in g.inputs:
+                return (("models", i, "graphs", j, "constants", name),
+                        f"'{name}' is both a constant and an input", "keep it in one of the two")
+    return None
+
+
+def _file_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
+    """The licence file and the graphs must be files of the source (when no export makes the graphs)."""
+    if model.license_file is not None and isinstance(model.source, (HfSource, PipSource, PartsSource)) \
+            and model.license_file not in _source_files(model.source) + list(getattr(model.source, "join", {})):
+        return (("models", i, "license_file"), f"'{model.license_file}' is not one of the source's files",
+                "add it with its sha256 under source.files")
+    if isinstance(model.source, PartsSource):
+        problem = _parts_errors(model.source, i)
+        if problem is not None:
+            return problem
+    if model.export is None:  # the graphs are files of the source itself
+        files = model.source.file_names() if isinstance(model.source, PartsSource) else _source_files(model.source)
         for j, g in enumerate(model.graphs):
-            if g.name in graph_names:
-                return (("models", i, "graphs", j, "name"), f"duplicate graph name '{g.name}'",
-                        "graph names must be unique within a model")
-            graph_names.add(g.name)
-            for name in g.constants:
-                if name in g.inputs:
-                    return (("models", i, "graphs", j, "constants", name),
-                            f"'{name}' is both a constant and an input", "keep it in one of the two")
-        if model.license_file is not None and isinstance(model.source, (HfSource, PipSource, PartsSource)) \
-                and model.license_file not in _source_files(model.source) + list(getattr(model.source, "join", {})):
-            return (("models", i, "license_file"), f"'{model.license_file}' is not one of the source's files",
-                    "add it with its sha256 under source.files")
-        if isinstance(model.source, PartsSource):
-            problem = _parts_errors(model.source, i)
-            if problem is not None:
-                return problem
-        if model.export is None:  # the graphs are files of the source itself
-            files = (model.source.file_names() if isinstance(model.source, PartsSource)
-                     else _source_files(model.source))
-            for j, g in enumerate(model.graphs):
-                if g.file not in files:
-                    return (("models", i, "graphs", j, "file"), f"'{g.file}' is not one of the source's files",
-                            did_you_mean(g.file, files) or f"the source's files: {', '.join(files)}")
-        if model.verify is not None and model.verify.recordings is not None:
-            rec = model.verify.recordings
-            files = set(_source_files(rec.source)) | set(getattr(rec.source, "join", {}))
-            for name in rec.texts:
-                if name not in files:
-                    return (("models", i, "verify", "recordings", "texts", name),
-                            f"'{name}' is not one of the recordings' source files",
-                            did_you_mean(name, files) or "list it under source.files with its sha256")
-        if model.verify is not None and sorted(g.name for g in model.graphs) != ["decoder", "encoder"]:
-            return (("models", i, "verify"), "transcript verification needs two graphs named encoder and decoder",
-                    f"the graphs are {', '.join(g.name for g in model.graphs)}")
-        if len(set(model.precisions)) != len(model.precisions):
-            return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
-        named = []  # chips the model names one by one (a group's members are refused in `plan` instead)
-        for j, chip in enumerate(model.chips):
+            if g.file not in files:
+                return (("models", i, "graphs", j, "file"), f"'{g.file}' is not one of the source's files",
+                        did_you_mean(g.file, files) or f"the source's files: {', '.join(files)}")
+    return None
+
+
+def _verify_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
+    if model.verify is not None and model.verify.recordings is not None:
+        rec = model.verify.recordings
+        files = set(_source_files(rec.source)) | set(getattr(rec.source, "join", {}))
+        for name in rec.texts:
+            if name not in files:
+                return (("models", i, "verify", "recordings", "texts", name),
+                        f"'{name}' is not one of the recordings' source files",
+                        did_you_mean(name, files) or "list it under source.files with its sha256")
+    if model.verify is not None and sorted(g.name for g in model.graphs) != ["decoder", "encoder"]:
+        return (("models", i, "verify"), "transcript verification needs two graphs named encoder and decoder",
+                f"the graphs are {', '.join(g.name for g in model.graphs)}")
+    if len(set(model.precisions)) != len(model.precisions):
+        return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
+    return None
+
+
+def _chip_errors(model: Model, i: int, catalog: Catalog) -> tuple[Loc, str, str | None] | None:
+    """Chips and exclusions the catalog knows, and no fp16 for a chip named one by one that cannot take it."""
+    named = []  # chips the model names one by one (a group's members are refused in `plan` instead)
+    for j, chip in enumerate(model.chips):
+        try:
+            socs = catalog.expand(chip)
+        except UnknownSocError as e:
+            return (("models", i, "chips", j), e.message, e.hint)
+        if catalog.group(chip) is None:
+            named += socs
+    graph_names = {g.name for g in model.graphs}
+    for k, ex in enumerate(model.exclude):
+        if ex.soc is not None:
             try:
-                socs = catalog.expand(chip)
+                target = catalog.resolve(ex.soc)
             except UnknownSocError as e:
-                return (("models", i, "chips", j), e.message, e.hint)
-            if catalog.group(chip) is None:
-                named += socs
-        for k, ex in enumerate(model.exclude):
-            if ex.soc is not None:
-                try:
-                    target = catalog.resolve(ex.soc)
-                except UnknownSocError as e:
-                    return (("models", i, "exclude", k, "soc"), e.message, e.hint)
-                if target.name != ex.soc:
-                    return (("models", i, "exclude", k, "soc"), f"write the catalog name for '{ex.soc}'",
-                            f"use {target.name}" + (f" ({ex.soc} builds as {target.name})"
-                                                    if catalog.lookup(ex.soc).name == ex.soc else ""))
-            if ex.graph is not None and ex.graph not in graph_names:
-                return (("models", i, "exclude", k, "graph"), f"unknown graph '{ex.graph}'",
-                        did_you_mean(ex.graph, graph_names))
-        for soc in named:
-            reason = fp16_refusal(model, soc) if "fp16" in model.precisions else None
-            if reason and not all(model.excluded(soc.name, "fp16", g.name) for g in model.graphs):
-                unknown = soc.fp16 is None
-                return (("models", i, "precisions"), f"fp16 for {reason}",
-                        f"add `exclude: [{{soc: {soc.name}, precision: fp16}}]` or compile it as w8a16"
-                        + (", or set options.fp16_unknown: try" if unknown else ""))
+                return (("models", i, "exclude", k, "soc"), e.message, e.hint)
+            if target.name != ex.soc:
+                return (("models", i, "exclude", k, "soc"), f"write the catalog name for '{ex.soc}'",
+                        f"use {target.name}" + (f" ({ex.soc} builds as {target.name})"
+                                                if catalog.lookup(ex.soc).name == ex.soc else ""))
+        if ex.graph is not None and ex.graph not in graph_names:
+            return (("models", i, "exclude", k, "graph"), f"unknown graph '{ex.graph}'",
+                    did_you_mean(ex.graph, graph_names))
+    for soc in named:
+        reason = fp16_refusal(model, soc) if "fp16" in model.precisions else None
+        if reason and not all(model.excluded(soc.name, "fp16", g.name) for g in model.graphs):
+            unknown = soc.fp16 is None
+            return (("models", i, "precisions"), f"fp16 for {reason}",
+                    f"add `exclude: [{{soc: {soc.name}, precision: fp16}}]` or compile it as w8a16"
+                    + (", or set options.fp16_unknown: try" if unknown else ""))
     return None
 
 

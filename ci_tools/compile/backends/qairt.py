@@ -20,6 +20,7 @@ How the real tools behave, and where that is written (the fake SDK in tests/ cit
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -448,62 +449,24 @@ def write_stub(path: Path, inputs: list[TensorIO], outputs: list[TensorIO], *, g
                sdk: str, props: dict[str, str]) -> dict[str, str]:
     """Write the EPContext stub; returns {ONNX name: the stub's outer name}."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
-    elem = {np.dtype(v): k for k, v in {
-        TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.INT8: "int8",
-        TensorProto.INT16: "int16", TensorProto.INT32: "int32", TensorProto.INT64: "int64",
-        TensorProto.UINT8: "uint8", TensorProto.UINT16: "uint16", TensorProto.UINT32: "uint32",
-        TensorProto.UINT64: "uint64", TensorProto.BOOL: "bool"}.items()}
     nodes_in, nodes_out, inits = [], [], []
     outer_in, outer_out, io_names = [], [], {}
-
-    def outer_type(t: TensorIO):
-        return TensorProto.FLOAT if t.quantized or t.dtype == "QNN_DATATYPE_FLOAT_16" else elem[t.np_dtype]
-
     for t in inputs:
-        wrap = bool(t.perm) or t.quantized or t.dtype == "QNN_DATATYPE_FLOAT_16"
-        outer = (t.onnx if t.onnx != t.qnn else f"{t.qnn}_dq") if wrap else t.qnn
-        io_names[t.onnx] = outer
-        outer_in.append(helper.make_tensor_value_info(outer, outer_type(t), list(t.onnx_shape)))
-        cur = outer
-        if t.perm:
-            nodes_in.append(helper.make_node("Transpose", [cur], [f"{t.qnn}_nhwc"], perm=list(t.perm),
-                                             name=f"{t.qnn}_to_binary_layout"))
-            cur = f"{t.qnn}_nhwc"
-        if t.quantized:
-            inits += [numpy_helper.from_array(np.array(t.scale, dtype=np.float32), f"{t.qnn}_scale"),
-                      numpy_helper.from_array(np.array(-t.offset, dtype=t.np_dtype), f"{t.qnn}_zp")]
-            nodes_in.append(helper.make_node("QuantizeLinear", [cur, f"{t.qnn}_scale", f"{t.qnn}_zp"], [t.qnn],
-                                             name=f"{t.qnn}_q"))
-        elif t.dtype == "QNN_DATATYPE_FLOAT_16":
-            nodes_in.append(helper.make_node("Cast", [cur], [t.qnn], to=TensorProto.FLOAT16, name=f"{t.qnn}_cast"))
-        elif t.perm:
-            nodes_in[-1].output[0] = t.qnn
+        io_names[t.onnx], value, nodes, consts = _stub_input(t)
+        outer_in.append(value)
+        nodes_in += nodes
+        inits += consts
     for t in outputs:
-        wrap = bool(t.perm) or t.quantized or t.dtype == "QNN_DATATYPE_FLOAT_16"
-        outer = (t.onnx if t.onnx != t.qnn else f"{t.qnn}_dq") if wrap else t.qnn
-        io_names[t.onnx] = outer
-        outer_out.append(helper.make_tensor_value_info(outer, outer_type(t), list(t.onnx_shape)))
-        cur = t.qnn
-        last = outer if not t.perm else f"{t.qnn}_float"
-        if t.quantized:
-            inits += [numpy_helper.from_array(np.array(t.scale, dtype=np.float32), f"{t.qnn}_scale"),
-                      numpy_helper.from_array(np.array(-t.offset, dtype=t.np_dtype), f"{t.qnn}_zp")]
-            nodes_out.append(helper.make_node("DequantizeLinear", [cur, f"{t.qnn}_scale", f"{t.qnn}_zp"], [last],
-                                              name=f"{t.qnn}_dq_node"))
-            cur = last
-        elif t.dtype == "QNN_DATATYPE_FLOAT_16":
-            nodes_out.append(helper.make_node("Cast", [cur], [last], to=TensorProto.FLOAT, name=f"{t.qnn}_cast"))
-            cur = last
-        if t.perm:
-            inverse = [t.perm.index(i) for i in range(len(t.perm))]
-            nodes_out.append(helper.make_node("Transpose", [cur], [outer], perm=inverse,
-                                              name=f"{t.qnn}_to_onnx_layout"))
+        io_names[t.onnx], value, nodes, consts = _stub_output(t)
+        outer_out.append(value)
+        nodes_out += nodes
+        inits += consts
     node = helper.make_node("EPContext", [t.qnn for t in inputs], [t.qnn for t in outputs], name=graph_name,
                             domain="com.microsoft", embed_mode=0, main_context=1, ep_cache_context=binary_name,
                             ep_sdk_version=sdk, source="Qnn")
-    inner = [helper.make_tensor_value_info(t.qnn, elem[t.np_dtype], list(t.dims))
+    inner = [helper.make_tensor_value_info(t.qnn, _elem()[t.np_dtype], list(t.dims))
              for t in [*inputs, *outputs] if t.qnn not in io_names.values()]
     model = helper.make_model(
         helper.make_graph([*nodes_in, node, *nodes_out], "qnn-context", outer_in, outer_out, inits, value_info=inner),
@@ -511,6 +474,78 @@ def write_stub(path: Path, inputs: list[TensorIO], outputs: list[TensorIO], *, g
     helper.set_model_props(model, {**props, "qnn_release.io_names": json.dumps(io_names, sort_keys=True)})
     onnx.save(model, str(path))
     return io_names
+
+
+@functools.lru_cache(maxsize=1)
+def _elem() -> dict:
+    """numpy dtype -> ONNX element type."""
+    from onnx import TensorProto
+
+    return {np.dtype(v): k for k, v in {
+        TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.INT8: "int8",
+        TensorProto.INT16: "int16", TensorProto.INT32: "int32", TensorProto.INT64: "int64",
+        TensorProto.UINT8: "uint8", TensorProto.UINT16: "uint16", TensorProto.UINT32: "uint32",
+        TensorProto.UINT64: "uint64", TensorProto.BOOL: "bool"}.items()}
+
+
+def _stub_outer(t: TensorIO):
+    """The stub's outer name and value for a binary's tensor: float where the binary takes a quantized or fp16
+    tensor, in ONNX's layout where the binary's differs."""
+    from onnx import TensorProto, helper
+
+    wrap = bool(t.perm) or t.quantized or t.dtype == "QNN_DATATYPE_FLOAT_16"
+    outer = (t.onnx if t.onnx != t.qnn else f"{t.qnn}_dq") if wrap else t.qnn
+    kind = TensorProto.FLOAT if t.quantized or t.dtype == "QNN_DATATYPE_FLOAT_16" else _elem()[t.np_dtype]
+    return outer, helper.make_tensor_value_info(outer, kind, list(t.onnx_shape))
+
+
+def _scale_and_zero_point(t: TensorIO) -> list:
+    from onnx import numpy_helper
+
+    return [numpy_helper.from_array(np.array(t.scale, dtype=np.float32), f"{t.qnn}_scale"),
+            numpy_helper.from_array(np.array(-t.offset, dtype=t.np_dtype), f"{t.qnn}_zp")]
+
+
+def _stub_input(t: TensorIO):
+    """(outer name, outer value, nodes from it to the binary's input, initializers)."""
+    from onnx import TensorProto, helper
+
+    outer, value = _stub_outer(t)
+    nodes, inits, cur = [], [], outer
+    if t.perm:
+        nodes.append(helper.make_node("Transpose", [cur], [f"{t.qnn}_nhwc"], perm=list(t.perm),
+                                      name=f"{t.qnn}_to_binary_layout"))
+        cur = f"{t.qnn}_nhwc"
+    if t.quantized:
+        inits += _scale_and_zero_point(t)
+        nodes.append(helper.make_node("QuantizeLinear", [cur, f"{t.qnn}_scale", f"{t.qnn}_zp"], [t.qnn],
+                                      name=f"{t.qnn}_q"))
+    elif t.dtype == "QNN_DATATYPE_FLOAT_16":
+        nodes.append(helper.make_node("Cast", [cur], [t.qnn], to=TensorProto.FLOAT16, name=f"{t.qnn}_cast"))
+    elif t.perm:
+        nodes[-1].output[0] = t.qnn
+    return outer, value, nodes, inits
+
+
+def _stub_output(t: TensorIO):
+    """(outer name, outer value, nodes from the binary's output to it, initializers)."""
+    from onnx import TensorProto, helper
+
+    outer, value = _stub_outer(t)
+    nodes, inits, cur = [], [], t.qnn
+    last = outer if not t.perm else f"{t.qnn}_float"
+    if t.quantized:
+        inits += _scale_and_zero_point(t)
+        nodes.append(helper.make_node("DequantizeLinear", [cur, f"{t.qnn}_scale", f"{t.qnn}_zp"], [last],
+                                      name=f"{t.qnn}_dq_node"))
+        cur = last
+    elif t.dtype == "QNN_DATATYPE_FLOAT_16":
+        nodes.append(helper.make_node("Cast", [cur], [last], to=TensorProto.FLOAT, name=f"{t.qnn}_cast"))
+        cur = last
+    if t.perm:
+        inverse = [t.perm.index(i) for i in range(len(t.perm))]
+        nodes.append(helper.make_node("Transpose", [cur], [outer], perm=inverse, name=f"{t.qnn}_to_onnx_layout"))
+    return outer, value, nodes, inits
 
 
 def _warnings(log: str) -> list[str]:

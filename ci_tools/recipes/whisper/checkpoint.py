@@ -162,33 +162,48 @@ def read_ctranslate2(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{path}: an int8-quantized CTranslate2 model",
                               hint="convert it with --quantization float16 (or float32): QNN quantizes itself")
     config = _json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    ct2 = _Ct2Weights(path, revision, v, aliases)
+    n_enc, n_dec = ct2.encoder(), ct2.decoder()
+    w = ct2.w
+    conv1 = w["encoder.conv1.weight"]
+    dims = Dims(n_mels=conv1.shape[1], d_model=conv1.shape[0], encoder_layers=n_enc,
+                encoder_heads=ct2.heads("encoder"), decoder_layers=n_dec, decoder_heads=ct2.heads("decoder"),
+                n_vocab=w["decoder.embed_tokens.weight"].shape[0],
+                n_audio_ctx=w["encoder.embed_positions.weight"].shape[0],
+                n_text_ctx=w["decoder.embed_positions.weight"].shape[0])
+    return _checked(Checkpoint(dims=dims, weights=w, format="ctranslate2", folder=folder, config=config), path)
 
-    def get(name: str) -> np.ndarray:
-        name = aliases.get(name, name)
-        if name not in v:
-            raise CheckpointError(f"{path}: no variable {name}", hint=f"a {CT2_SPEC} revision {revision} "
+
+class _Ct2Weights:
+    """A CTranslate2 ``model.bin``'s variables under Hugging Face's Whisper names (what ``graphs`` builds from)."""
+
+    def __init__(self, path: Path, revision, variables: dict[str, np.ndarray], aliases: dict[str, str]) -> None:
+        self.path, self.revision, self.v, self.aliases = path, revision, variables, aliases
+        self.w: dict[str, np.ndarray] = {}
+
+    def get(self, name: str) -> np.ndarray:
+        name = self.aliases.get(name, name)
+        if name not in self.v:
+            raise CheckpointError(f"{self.path}: no variable {name}", hint=f"a {CT2_SPEC} revision {self.revision} "
                                   "model should have it: is the file from another converter version?")
-        return np.asarray(v[name], dtype=np.float32)
+        return np.asarray(self.v[name], dtype=np.float32)
 
-    def heads(scope: str) -> int:
-        if f"{scope}/num_heads" not in v:
-            raise CheckpointError(f"{path}: no variable {scope}/num_heads", hint="not a Whisper model.bin")
-        return int(v[f"{scope}/num_heads"])
+    def heads(self, scope: str) -> int:
+        if f"{scope}/num_heads" not in self.v:
+            raise CheckpointError(f"{self.path}: no variable {scope}/num_heads", hint="not a Whisper model.bin")
+        return int(self.v[f"{scope}/num_heads"])
 
-    def layers(scope: str) -> int:
+    def layers(self, scope: str) -> int:
         n = 0
-        while f"{scope}/layer_{n}/self_attention/linear_0/weight" in v:
+        while f"{scope}/layer_{n}/self_attention/linear_0/weight" in self.v:
             n += 1
         return n
 
-    w: dict[str, np.ndarray] = {}
-
-    def attention(ct2: str, hf: str, fused_qkv: bool) -> None:
+    def attention(self, ct2: str, hf: str, fused_qkv: bool) -> None:
+        get = self.get
         if fused_qkv:
-            qkv, qkv_b = get(f"{ct2}/linear_0/weight"), get(f"{ct2}/linear_0/bias")
-            d = qkv.shape[1]
-            q, k, vv = np.split(qkv, 3)
-            qb, _kb, vb = np.split(qkv_b, 3)  # the key bias is zero (Whisper has none)
+            q, k, vv = np.split(get(f"{ct2}/linear_0/weight"), 3)
+            qb, _kb, vb = np.split(get(f"{ct2}/linear_0/bias"), 3)  # the key bias is zero (Whisper has none)
             out = f"{ct2}/linear_1"
         else:
             q, qb = get(f"{ct2}/linear_0/weight"), get(f"{ct2}/linear_0/bias")
@@ -197,48 +212,48 @@ def read_ctranslate2(folder: Path) -> Checkpoint:
             k, vv = kv[:d], kv[d:]
             vb = kv_b[d:]
             out = f"{ct2}/linear_2"
-        del d
-        w.update({f"{hf}.q_proj.weight": q, f"{hf}.q_proj.bias": qb, f"{hf}.k_proj.weight": k,
-                  f"{hf}.v_proj.weight": vv, f"{hf}.v_proj.bias": vb,
-                  f"{hf}.out_proj.weight": get(f"{out}/weight"), f"{hf}.out_proj.bias": get(f"{out}/bias")})
+        self.w.update({f"{hf}.q_proj.weight": q, f"{hf}.q_proj.bias": qb, f"{hf}.k_proj.weight": k,
+                       f"{hf}.v_proj.weight": vv, f"{hf}.v_proj.bias": vb,
+                       f"{hf}.out_proj.weight": get(f"{out}/weight"), f"{hf}.out_proj.bias": get(f"{out}/bias")})
 
-    def norm(ct2: str, hf: str) -> None:
-        w[f"{hf}.weight"], w[f"{hf}.bias"] = get(f"{ct2}/gamma"), get(f"{ct2}/beta")
+    def norm(self, ct2: str, hf: str) -> None:
+        self.w[f"{hf}.weight"], self.w[f"{hf}.bias"] = self.get(f"{ct2}/gamma"), self.get(f"{ct2}/beta")
 
-    def ffn(ct2: str, hf: str) -> None:
-        norm(f"{ct2}/layer_norm", f"{hf}.final_layer_norm")
+    def ffn(self, ct2: str, hf: str) -> None:
+        self.norm(f"{ct2}/layer_norm", f"{hf}.final_layer_norm")
         for i, name in ((0, "fc1"), (1, "fc2")):
-            w[f"{hf}.{name}.weight"] = get(f"{ct2}/linear_{i}/weight")
-            w[f"{hf}.{name}.bias"] = get(f"{ct2}/linear_{i}/bias")
+            self.w[f"{hf}.{name}.weight"] = self.get(f"{ct2}/linear_{i}/weight")
+            self.w[f"{hf}.{name}.bias"] = self.get(f"{ct2}/linear_{i}/bias")
 
-    for i in (1, 2):
-        w[f"encoder.conv{i}.weight"] = get(f"encoder/conv{i}/weight")
-        w[f"encoder.conv{i}.bias"] = get(f"encoder/conv{i}/bias")
-    w["encoder.embed_positions.weight"] = get("encoder/position_encodings/encodings")
-    n_enc, n_dec = layers("encoder"), layers("decoder")
-    for i in range(n_enc):
-        ct2, hf = f"encoder/layer_{i}", f"encoder.layers.{i}"
-        norm(f"{ct2}/self_attention/layer_norm", f"{hf}.self_attn_layer_norm")
-        attention(f"{ct2}/self_attention", f"{hf}.self_attn", fused_qkv=True)
-        ffn(f"{ct2}/ffn", hf)
-    norm("encoder/layer_norm", "encoder.layer_norm")
-    w["decoder.embed_tokens.weight"] = get("decoder/embeddings/weight")
-    w["decoder.embed_positions.weight"] = get("decoder/position_encodings/encodings")
-    for i in range(n_dec):
-        ct2, hf = f"decoder/layer_{i}", f"decoder.layers.{i}"
-        norm(f"{ct2}/self_attention/layer_norm", f"{hf}.self_attn_layer_norm")
-        attention(f"{ct2}/self_attention", f"{hf}.self_attn", fused_qkv=True)
-        norm(f"{ct2}/attention/layer_norm", f"{hf}.encoder_attn_layer_norm")
-        attention(f"{ct2}/attention", f"{hf}.encoder_attn", fused_qkv=False)
-        ffn(f"{ct2}/ffn", hf)
-    norm("decoder/layer_norm", "decoder.layer_norm")
-    conv1 = w["encoder.conv1.weight"]
-    dims = Dims(n_mels=conv1.shape[1], d_model=conv1.shape[0], encoder_layers=n_enc,
-                encoder_heads=heads("encoder"), decoder_layers=n_dec, decoder_heads=heads("decoder"),
-                n_vocab=w["decoder.embed_tokens.weight"].shape[0],
-                n_audio_ctx=w["encoder.embed_positions.weight"].shape[0],
-                n_text_ctx=w["decoder.embed_positions.weight"].shape[0])
-    return _checked(Checkpoint(dims=dims, weights=w, format="ctranslate2", folder=folder, config=config), path)
+    def encoder(self) -> int:
+        """The encoder's weights; its layer count."""
+        for i in (1, 2):
+            self.w[f"encoder.conv{i}.weight"] = self.get(f"encoder/conv{i}/weight")
+            self.w[f"encoder.conv{i}.bias"] = self.get(f"encoder/conv{i}/bias")
+        self.w["encoder.embed_positions.weight"] = self.get("encoder/position_encodings/encodings")
+        n = self.layers("encoder")
+        for i in range(n):
+            ct2, hf = f"encoder/layer_{i}", f"encoder.layers.{i}"
+            self.norm(f"{ct2}/self_attention/layer_norm", f"{hf}.self_attn_layer_norm")
+            self.attention(f"{ct2}/self_attention", f"{hf}.self_attn", fused_qkv=True)
+            self.ffn(f"{ct2}/ffn", hf)
+        self.norm("encoder/layer_norm", "encoder.layer_norm")
+        return n
+
+    def decoder(self) -> int:
+        """The decoder's weights; its layer count."""
+        self.w["decoder.embed_tokens.weight"] = self.get("decoder/embeddings/weight")
+        self.w["decoder.embed_positions.weight"] = self.get("decoder/position_encodings/encodings")
+        n = self.layers("decoder")
+        for i in range(n):
+            ct2, hf = f"decoder/layer_{i}", f"decoder.layers.{i}"
+            self.norm(f"{ct2}/self_attention/layer_norm", f"{hf}.self_attn_layer_norm")
+            self.attention(f"{ct2}/self_attention", f"{hf}.self_attn", fused_qkv=True)
+            self.norm(f"{ct2}/attention/layer_norm", f"{hf}.encoder_attn_layer_norm")
+            self.attention(f"{ct2}/attention", f"{hf}.encoder_attn", fused_qkv=False)
+            self.ffn(f"{ct2}/ffn", hf)
+        self.norm("decoder/layer_norm", "decoder.layer_norm")
+        return n
 
 
 # -- Hugging Face safetensors ------------------------------------------------------------------

@@ -185,39 +185,11 @@ def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
     new_k, new_v = [], []
     for i in range(L):
         p = f"decoder.layers.{i}"
-        a = g.layer_norm(x, w, f"{p}.self_attn_layer_norm")
-        qw, qb = _q(w, f"{p}.self_attn", dh)
-        q = g.heads(g.linear(a, qw, qb, f"{p}.self_attn.q_proj"), 1, h, dh, f"{p}.self_attn/q")
-        k_new = g.linear(a, w[f"{p}.self_attn.k_proj.weight"], None, f"{p}.self_attn.k_proj")  # [1, 1, d]
-        v_new = g.linear(a, w[f"{p}.self_attn.v_proj.weight"], w[f"{p}.self_attn.v_proj.bias"],
-                         f"{p}.self_attn.v_proj")
-        updated = []
-        for kind, cache, new in (("k", caches["self_k_cache"][i], k_new), ("v", caches["self_v_cache"][i], v_new)):
-            c = g.op("Reshape", [cache, g.shape(f"{p}/{kind}_cache/shape", [1, n_ctx, m])], f"{p}/{kind}_cache")
-            kept = g.op("Mul", [c, keep], f"{p}/{kind}_cache/keep")
-            written = g.op("Mul", [new, write], f"{p}/{kind}_cache/write")
-            updated.append(g.op("Add", [kept, written], f"{p}/{kind}_cache/update"))  # [1, n_ctx, d]
-        k_all, v_all = updated
-        new_k.append(g.op("Reshape", [k_all, g.shape(f"{p}/k_out/shape", [1, 1, n_ctx, m])], f"{p}/k_out"))
-        new_v.append(g.op("Reshape", [v_all, g.shape(f"{p}/v_out/shape", [1, 1, n_ctx, m])], f"{p}/v_out"))
-        kh = g.heads(k_all, n_ctx, h, dh, f"{p}.self_attn/k", transpose_k=True)
-        vh = g.heads(v_all, n_ctx, h, dh, f"{p}.self_attn/v")
-        o = g.merge_heads(g.attend(q, kh, vh, bias, f"{p}.self_attn"), 1, m, f"{p}.self_attn/o")
-        o = g.linear(o, w[f"{p}.self_attn.out_proj.weight"], w[f"{p}.self_attn.out_proj.bias"],
-                     f"{p}.self_attn.out_proj")
-        x = g.op("Add", [x, o], f"{p}/self_attn_residual")
-        # cross-attention on the encoder's K/V
-        a = g.layer_norm(x, w, f"{p}.encoder_attn_layer_norm")
-        qw, qb = _q(w, f"{p}.encoder_attn", dh)
-        q = g.heads(g.linear(a, qw, qb, f"{p}.encoder_attn.q_proj"), 1, h, dh, f"{p}.encoder_attn/q")
-        ck_ = g.op("Reshape", [caches["cross_k"][i], g.shape(f"{p}/cross_k/shape", [1, t_audio, m])], f"{p}/cross_k")
-        cv_ = g.op("Reshape", [caches["cross_v"][i], g.shape(f"{p}/cross_v/shape", [1, t_audio, m])], f"{p}/cross_v")
-        kh = g.heads(ck_, t_audio, h, dh, f"{p}.encoder_attn/k", transpose_k=True)
-        vh = g.heads(cv_, t_audio, h, dh, f"{p}.encoder_attn/v")
-        o = g.merge_heads(g.attend(q, kh, vh, None, f"{p}.encoder_attn"), 1, m, f"{p}.encoder_attn/o")
-        o = g.linear(o, w[f"{p}.encoder_attn.out_proj.weight"], w[f"{p}.encoder_attn.out_proj.bias"],
-                     f"{p}.encoder_attn.out_proj")
-        x = g.op("Add", [x, o], f"{p}/cross_attn_residual")
+        x, k_out, v_out = _decoder_self_attention(g, w, p, x, caches["self_k_cache"][i], caches["self_v_cache"][i],
+                                                  keep, write, bias, n_ctx, m, h, dh)
+        new_k.append(k_out)
+        new_v.append(v_out)
+        x = _decoder_cross_attention(g, w, p, x, caches["cross_k"][i], caches["cross_v"][i], t_audio, m, h, dh)
         x = g.mlp(x, w, p)
     x = g.layer_norm(x, w, "decoder.layer_norm")
     # The output projection is tied to the token embedding, but reads a transposed copy: a Gemm(transB)
@@ -240,3 +212,43 @@ def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
          helper.make_tensor_value_info("new_self_k_cache", TensorProto.FLOAT, cache_shape),
          helper.make_tensor_value_info("new_self_v_cache", TensorProto.FLOAT, cache_shape)],
         f"Whisper decoder, one token step with a {n_ctx}-position self-attention cache")
+
+
+def _decoder_self_attention(g: _G, w: dict, p: str, x: str, k_cache: str, v_cache: str, keep: str, write: str,
+                            bias: str, n_ctx: int, m: int, h: int, dh: int) -> tuple[str, str, str]:
+    """One layer's self-attention over the cache with this step's K/V written at ``offset``: (x, new K, new V)."""
+    a = g.layer_norm(x, w, f"{p}.self_attn_layer_norm")
+    qw, qb = _q(w, f"{p}.self_attn", dh)
+    q = g.heads(g.linear(a, qw, qb, f"{p}.self_attn.q_proj"), 1, h, dh, f"{p}.self_attn/q")
+    k_new = g.linear(a, w[f"{p}.self_attn.k_proj.weight"], None, f"{p}.self_attn.k_proj")  # [1, 1, d]
+    v_new = g.linear(a, w[f"{p}.self_attn.v_proj.weight"], w[f"{p}.self_attn.v_proj.bias"], f"{p}.self_attn.v_proj")
+    updated = []
+    for kind, cache, new in (("k", k_cache, k_new), ("v", v_cache, v_new)):
+        c = g.op("Reshape", [cache, g.shape(f"{p}/{kind}_cache/shape", [1, n_ctx, m])], f"{p}/{kind}_cache")
+        kept = g.op("Mul", [c, keep], f"{p}/{kind}_cache/keep")
+        written = g.op("Mul", [new, write], f"{p}/{kind}_cache/write")
+        updated.append(g.op("Add", [kept, written], f"{p}/{kind}_cache/update"))  # [1, n_ctx, d]
+    k_all, v_all = updated
+    k_out = g.op("Reshape", [k_all, g.shape(f"{p}/k_out/shape", [1, 1, n_ctx, m])], f"{p}/k_out")
+    v_out = g.op("Reshape", [v_all, g.shape(f"{p}/v_out/shape", [1, 1, n_ctx, m])], f"{p}/v_out")
+    kh = g.heads(k_all, n_ctx, h, dh, f"{p}.self_attn/k", transpose_k=True)
+    vh = g.heads(v_all, n_ctx, h, dh, f"{p}.self_attn/v")
+    o = g.merge_heads(g.attend(q, kh, vh, bias, f"{p}.self_attn"), 1, m, f"{p}.self_attn/o")
+    o = g.linear(o, w[f"{p}.self_attn.out_proj.weight"], w[f"{p}.self_attn.out_proj.bias"], f"{p}.self_attn.out_proj")
+    return g.op("Add", [x, o], f"{p}/self_attn_residual"), k_out, v_out
+
+
+def _decoder_cross_attention(g: _G, w: dict, p: str, x: str, cross_k: str, cross_v: str, t_audio: int, m: int,
+                             h: int, dh: int) -> str:
+    """One layer's cross-attention on the encoder's K/V."""
+    a = g.layer_norm(x, w, f"{p}.encoder_attn_layer_norm")
+    qw, qb = _q(w, f"{p}.encoder_attn", dh)
+    q = g.heads(g.linear(a, qw, qb, f"{p}.encoder_attn.q_proj"), 1, h, dh, f"{p}.encoder_attn/q")
+    ck_ = g.op("Reshape", [cross_k, g.shape(f"{p}/cross_k/shape", [1, t_audio, m])], f"{p}/cross_k")
+    cv_ = g.op("Reshape", [cross_v, g.shape(f"{p}/cross_v/shape", [1, t_audio, m])], f"{p}/cross_v")
+    kh = g.heads(ck_, t_audio, h, dh, f"{p}.encoder_attn/k", transpose_k=True)
+    vh = g.heads(cv_, t_audio, h, dh, f"{p}.encoder_attn/v")
+    o = g.merge_heads(g.attend(q, kh, vh, None, f"{p}.encoder_attn"), 1, m, f"{p}.encoder_attn/o")
+    o = g.linear(o, w[f"{p}.encoder_attn.out_proj.weight"], w[f"{p}.encoder_attn.out_proj.bias"],
+                 f"{p}.encoder_attn.out_proj")
+    return g.op("Add", [x, o], f"{p}/cross_attn_residual")
