@@ -76,7 +76,7 @@ MUTANTS = [
     Mutant("package: chip read back from each stub", "ci_tools/release/package.py",
            "if (got[\"htp_arch\"], got[\"soc_model\"]) != (soc.htp_arch, soc.soc_model):", "if False:",
            ("tests/test_package.py::test_gate_refuses_binary_for_another_chip",)),
-    Mutant("package: --require-verified", "ci_tools/release/package.py", "if require_verified and unverified:",
+    Mutant("package: --require-verified", "ci_tools/release/package.py", "    if unverified:",
            "if False:",
            ("tests/test_guards.py::test_unverified_targets_are_said_so_and_refused_with_require_verified",)),
     Mutant("sources: sha256 pin", "ci_tools/sources/store.py",
