@@ -124,13 +124,6 @@ class TargetRecord:
     def built(self) -> bool:
         return self.status in (OK, CACHED)
 
-    @property
-    def verdict(self) -> str:
-        return verdict(self)
-
-    def verdict_label(self) -> str:
-        return verdict_label(self)
-
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TargetRecord) if f.name not in ("details", "nulls"))
 
