@@ -92,19 +92,6 @@ def test_package_archives_extract_validate_and_match_manifest(built, tmp_path):
     assert "| alpha | SM8750 (v79) | w8a16 |" in notes and "First release" in notes
 
 
-def test_device_numbers_go_into_metadata(built, tmp_path):
-    numbers = tmp_path / "device.json"
-    numbers.write_text(json.dumps({"beta/SM8750/fp16": {"latency_ms": 0.42, "device": "Galaxy S25"}}))
-    assert _package(built, "--device-numbers", str(numbers)).returncode == 0
-    name = next(p for p in (built["out"] / "release").glob("beta-sm8750-fp16-*.tar.bz2"))
-    with tarfile.open(name) as tf:
-        meta = json.load(tf.extractfile(next(m for m in tf.getmembers() if m.name.endswith("metadata.json"))))
-    assert meta["on_device"] == {"latency_ms": 0.42, "device": "Galaxy S25"}
-    numbers.write_text("[1, 2]")
-    r = _package(built, "--device-numbers", str(numbers))
-    assert r.returncode == 9 and "device.json" in r.stderr
-
-
 def test_packaging_twice_is_byte_identical_even_from_a_fresh_dist(built, tmp_path):
     assert _package(built).returncode == 0
     first = {p.name: sha256_file(p) for p in (built["out"] / "release").glob("*.tar.bz2")}

@@ -109,6 +109,7 @@ def release_run(tmp_path):
             "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
             "github.event.repository.fork": False, "github.event.repository.visibility": "public",
             "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
+            "secrets.QAI_HUB_API_TOKEN": "", "needs.image.result": "success", "needs.export-m.result": "success",
             "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED},
             env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
                  "GITHUB_REPOSITORY": OWNER_REPO, "QNN_RELEASE_CACHE": ""})
@@ -132,11 +133,17 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     report = json.loads(next(evidence.rglob("build-report.json")).read_text())
     (failed,) = report["targets"]
     assert failed["status"] == "failed" and failed["work_dir"] in failed["error"]
-    # packaging now refuses: it never compiles, it names the missing target
+    # the export's failed chip job fails its caller job, and package does not run
+    runner.context["needs.export-m.result"] = "failure"
+    assert runner.job(release, "package") is None
+    # run anyway, packaging refuses: it never compiles, it names the missing target
+    runner.context["needs.export-m.result"] = "success"
     assert not runner.job(release, "package")
     assert f"m.enc.{second['soc'].lower()}.fp16" in runner.log[-2] and "not in the downloaded store" in runner.log[-2]
     # "re-run failed jobs": the chip job runs again and replaces its artifacts; the release completes
     assert runner.job(export, "compile", second), "\n".join(runner.log[-3:])
+    # without the AI Hub secret the device job records "no device numbers", and the release says so
+    assert runner.job(release, "device-numbers"), "\n".join(runner.log[-3:])
     assert runner.job(release, "package"), "\n".join(runner.log[-3:])
     # every asset gets a build-provenance attestation before it is published (a job of its own)
     assert runner.job(release, "attest"), "\n".join(runner.log[-3:])
@@ -156,6 +163,7 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     with tarfile.open(runner.artifacts["qnn-release-assets"] / model_asset["name"]) as tar:
         meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
     assert meta["sdk"]["image"] == pinned
+    assert meta["on_device"]["status"] == "skipped" and "QAI_HUB_API_TOKEN is not set" in manifest["device_numbers"]
     # the converter ran once for the graph, in the precompile job: not once per chip job
     package_report = next(p for p in runner.work.glob("job*-package/repo/dist/build-report.json"))
     work = json.loads(package_report.read_text())["work"]

@@ -10,6 +10,7 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   ``id-token``/``attestations: write`` permissions it needs);
 - ``actions/download-artifact`` copies one artifact (``name``) or every artifact matching
   ``pattern`` (``merge-multiple``) into ``with.path``;
+- a step's ``continue-on-error: true`` lets the job pass when that step fails;
 - a step's ``if:`` supports ``success()`` (the default), ``failure()``, ``failure() || cancelled()`` and
   ``!cancelled()``; a job's
   ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``, ``!cancelled()``, and
@@ -78,6 +79,9 @@ class Runner:
             if not run_it:
                 continue
             ok = self._step(step, job, ctx, checkout, extra_env or {})
+            if not ok and step.get("continue-on-error") is True:  # docs: jobs.<id>.steps[*].continue-on-error,
+                self.log.append(f"{workflow.name}:{job_id}: step {step.get('name')!r} failed, continuing")
+                ok = True  # "allow a job to pass when this step fails"
             failed = failed or not ok
         self.log.append(f"{workflow.name}:{job_id} {matrix or ''}: {'failed' if failed else 'ok'}")
         # what a later job's `needs.<id>.result` reads (docs: contexts, "needs context")

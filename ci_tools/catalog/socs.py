@@ -147,6 +147,12 @@ class Catalog(_Frozen):
         """The chips that build as ``soc`` (a build target), itself first."""
         return [soc, *(s for s in self.socs if s.build_as == soc.name)]
 
+    def hub_chipsets(self, soc: Soc) -> list[tuple[str, Soc]]:
+        """The AI Hub chipset attributes whose devices run ``soc``'s build, each with the chip it names: its
+        own (``aihub``, then ``aihub_dropped``), then those of the chips that build as it (the same soc_model
+        and HTP arch: the same binary; QCS9100 has no Hub device, its twin QCS9075 has the IQ-9075 EVK)."""
+        return [(c, s) for s in self.sharing(self.target(soc)) for c in (*s.aihub, *s.aihub_dropped)]
+
     def lookup(self, spelling: str) -> Soc:
         """A chip's own entry from any of its spellings (see the module docstring)."""
         key = _norm(spelling)

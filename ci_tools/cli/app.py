@@ -236,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_release.register(sub)
     cli_sdk.register(sub, _matrix_arg)
+    from . import device as cli_device
+
+    cli_device.register(sub)
     from ..recipes.whisper import cli as whisper_cli
 
     whisper_cli.register(sub)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import shutil
 import sys
@@ -217,3 +218,12 @@ def _first_line(e: BaseException) -> str:
         if line.strip():
             return line.strip()[:500]
     return type(e).__name__
+
+
+def stub_io_names(ctx: Path, prep) -> dict[str, str]:
+    """ONNX name -> the stub's name for every graph input and output (the same unless the stub says)."""
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(str(ctx), load_external_data=False).metadata_props}
+    names = json.loads(props.get("qnn_release.io_names", "{}"))
+    return {t.name: names.get(t.name, t.name) for t in [*prep.inputs, *prep.outputs]}

@@ -130,6 +130,9 @@ class Options(_Frozen):
     slices: dict[str, Annotated[dict[Name, OutputSlice], Field(min_length=1)]] = Field(
         default={}, description="output -> named slices judged on their own, for an output that mixes scales: "
         "{output0: {boxes: {stop: 4}, scores: {start: 4}}} (a detector's box pixels and class scores in one tensor)")
+    device_parity: Literal["fail", "record"] = Field(
+        default="fail", description="a device run (qnn-release device-numbers) whose outputs disagree with CPU: "
+        "fail the target as an emulator failure does (package refuses it), or only record it")
     fp16_unknown: Literal["refuse", "try"] = Field(
         default="refuse", description="fp16 on a chip whose fp16 support no source gives (fp16: null in "
         "matrix/socs.yaml): refuse it, or try (the compile fails if the HTP has no fp16)")

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..device.numbers import OnDevice
 from ..paths import REPO_ROOT
 
 SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "manifest.schema.json"
@@ -55,6 +56,8 @@ class ModelAsset(_A):
         "generated inputs only, or not verified")
     cosine: float | None = Field(default=None, description="the lowest cosine similarity vs CPU over the graphs")
     compile_seconds: float | None = Field(default=None, description="compile time of all graphs together")
+    device: OnDevice | None = Field(default=None, description="measured on a real device of the chip (AI Hub or "
+                                    "adb): NPU latency, speedup vs the device's CPU, status; null: not measured")
 
 
 class LibsAsset(_A):
@@ -83,6 +86,8 @@ class Manifest(BaseModel):
                                "(some graph failed), with the reason")
     warnings: list[str] = Field(default=[], description="what a user must know, e.g. binaries compiled with "
                                 "another QNN version than the matrix pins")
+    device_numbers: str | None = Field(default=None, description="how the device figures were measured, or why "
+                                       "there are none (\"no device numbers: ...\")")
     assets: list[Asset] = Field(description="sorted by name")
 
 

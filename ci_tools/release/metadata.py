@@ -7,10 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..device.numbers import DeviceRun, OnDevice
 from ..paths import REPO_ROOT
 
 SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "metadata.schema.json"
-METADATA_VERSION = 1
+METADATA_VERSION = 2  # 2: numbers.<graph>.device and on_device from real devices (device-numbers.json)
 
 
 class _M(BaseModel):
@@ -124,6 +125,8 @@ class GraphNumbers(_M):
     verified: bool = Field(default=False, description="false: never run on the HTP emulator (a route without "
                            "one); its parity is unknown")
     verification: Verification | None = Field(default=None, description="what the parity was measured on")
+    device: DeviceRun | None = Field(default=None, description="on a REAL DEVICE of the chip (qnn-release "
+                                     "device-numbers): latency, memory, placement, parity vs CPU, speedup vs its CPU")
 
 
 class TranscriptClip(_M):
@@ -136,6 +139,7 @@ class TranscriptClip(_M):
     encoder_seconds: float
     decoder_steps: int
     decoder_seconds: float
+    audio_seconds: float | None = Field(default=None, description="the clip's length")
 
 
 class ExportCheck(_M):
@@ -163,7 +167,7 @@ class TranscriptNumbers(_M):
 
 
 class Metadata(_M):
-    metadata_version: Literal[1]
+    metadata_version: Literal[2]
     toolkit: str
     toolkit_commit: str | None = Field(description="git commit of the repository that built it")
     created: str
@@ -173,8 +177,9 @@ class Metadata(_M):
     graphs: list[GraphInfo] = Field(min_length=1)
     quantization: Quantization
     numbers: dict[str, GraphNumbers] = Field(description="per graph")
-    on_device: dict[str, float | int | str | None] = Field(
-        default={}, description="numbers measured on a real device, when supplied (package --device-numbers)")
+    on_device: OnDevice | None = Field(
+        default=None, description="the graphs together on a real device of the chip (device-numbers.json): "
+        "latency, speedup vs the device's CPU, a speech model's real-time factor; null: never measured")
     runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
     transcript: TranscriptNumbers | None = Field(
         default=None, description="speech models: the transcript verification of these binaries")

@@ -19,7 +19,10 @@ import numpy as np
 from .. import __version__
 from ..compile import qnn_ep
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
-from ..errors import PackageError
+from ..device.measure import parity_failures
+from ..device.numbers import FILE as DEVICE_FILE
+from ..device.numbers import DeviceNumbers, on_device
+from ..errors import PackageError, VerifyError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from ..prepare.graph import Prepared, generate_inputs, run_cpu
 from ..prepare.quantize import BITS
@@ -59,15 +62,6 @@ def compiled_for(ctx: Path) -> dict:
         return {"route": props["qnn_release.route"], "sdk": sdk.lstrip("v"),
                 "htp_arch": int(props["qnn_release.htp_arch"]), "soc_model": int(props["qnn_release.soc_model"])}
     raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")
-
-
-def stub_io_names(ctx: Path, prep: Prepared) -> dict[str, str]:
-    """ONNX name -> the stub's name for every graph input and output (the same unless the stub says)."""
-    import onnx
-
-    props = {p.key: p.value for p in onnx.load(str(ctx), load_external_data=False).metadata_props}
-    names = json.loads(props.get("qnn_release.io_names", "{}"))
-    return {t.name: names.get(t.name, t.name) for t in [*prep.inputs, *prep.outputs]}
 
 
 def version_core(version: str | None) -> str | None:
@@ -151,7 +145,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         assets, libs_name = _qnn_libs(qnn_sdk, archs, tmp)
         job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, compiled=compiled, libs_name=libs_name,
                         prepared={(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.prepared},
-                        on_device=_device_numbers(device_numbers))
+                        device=_device_numbers(out, loaded, device_numbers, complete))
         metas: dict[str, dict] = {}  # archive name -> its metadata.json, for the release page
         for key, records in sorted(complete.items()):
             asset, meta = job.archive(key, records)
@@ -160,7 +154,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         for a in assets:
             path = tmp / a["name"]
             a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
-        manifest = _manifest(loaded, tag, assets, complete, skipped)
+        manifest = _manifest(loaded, tag, assets, complete, skipped, job.device)
         notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir)
         _manifest_contract(manifest)
         write_json(tmp / "manifest.json", manifest)
@@ -302,7 +296,7 @@ class _Archives:
     compiled: dict[str, str]  # target id -> the QNN version its stub says
     libs_name: str | None
     prepared: dict[tuple[str, str], Prepared]
-    on_device: dict[str, dict]
+    device: DeviceNumbers | None  # device-numbers.json, when the targets were measured on devices
 
     def archive(self, key: Group, records: list[TargetRecord]) -> tuple[dict, dict]:
         """(manifest asset, metadata) of one archive, written into ``tmp``."""
@@ -342,7 +336,8 @@ class _Archives:
                  "verified": all(r.verified for r in records),
                  "verified_on": weakest(verdict(r) for r in records),
                  "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
-                 "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3)}
+                 "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3),
+                 "device": meta.on_device.model_dump(mode="json") if meta.on_device else None}
         return asset, meta.model_dump(mode="json")
 
     def _graph(self, model: Model, stem: str, r: TargetRecord,
@@ -359,7 +354,7 @@ class _Archives:
         if model.verify is None:  # a speech model ships a clip instead
             members += _sample_members(stem, prep, model.calibration.seed)
         graph = {"name": r.graph, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
-                 "stub_io": stub_io_names(folder / target.context_onnx, prep),
+                 "stub_io": qnn_ep.stub_io_names(folder / target.context_onnx, prep),
                  "parameters": prep.parameters or None, "source_parameters": prep.source_parameters or None,
                  "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
                  "context_onnx": target.context_onnx, "binary": binary.name,
@@ -371,7 +366,15 @@ class _Archives:
         number = {"compile_seconds": target.compile_seconds, "parity_vs_cpu": target.parity,
                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
                   "verified": bool(target.verified), "verification": verification(model, target)}
+        run = self.device.targets.get(r.id) if self.device else None
+        if run is not None:
+            number["device"] = run.model_dump(mode="json")
         return graph, number, prep
+
+    def _on_device(self, records: list[TargetRecord], transcript: dict | None) -> dict | None:
+        runs = {r.graph: self.device.targets[r.id] for r in records if self.device and r.id in self.device.targets}
+        summary = on_device(runs, transcript)
+        return summary.model_dump(mode="json") if summary else None
 
     def _metadata_fields(self, model: Model, soc, precision: str, sdk: str, records: list[TargetRecord],
                          preps: list[Prepared], graphs: list[dict], numbers: dict, transcript: dict | None) -> dict:
@@ -388,18 +391,29 @@ class _Archives:
             "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
                              "calibration_sha256": first.calibration_sha256, "weight_scales": first.weight_scales},
             "numbers": numbers, "runtime_libs": self.libs_name,
-            "on_device": self.on_device.get(f"{model.name}/{soc.name}/{precision}", {}),
+            "on_device": self._on_device(records, transcript),
             "transcript": transcript,
         }
 
 
 def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[dict], complete: dict[Group, list[TargetRecord]],
-              skipped: list[str]) -> dict:
+              skipped: list[str], device: DeviceNumbers | None) -> dict:
     warnings = _sdk_warnings(loaded, {a["sdk_version"] for a in assets if a["kind"] == "model"})
     return {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}", "warnings": warnings,
             "sdk_versions": sorted({a["sdk_version"] for a in assets}),
             "images": sorted({r.image for rs in complete.values() for r in rs if r.image}),
-            "skipped": skipped, "assets": sorted(assets, key=lambda a: a["name"])}
+            "skipped": skipped, "device_numbers": _device_note(device),
+            "assets": sorted(assets, key=lambda a: a["name"])}
+
+
+def _device_note(device: DeviceNumbers | None) -> str:
+    if device is None:
+        return "no device numbers: `qnn-release device-numbers` did not run for this release"
+    if device.note:
+        return device.note
+    ok = sum(r.measured_ok for r in device.targets.values())
+    via = "Qualcomm AI Hub" if device.via == "ai-hub" else "a phone on adb"
+    return f"measured on real devices through {via}: {ok} of {len(device.targets)} targets ({device.created})"
 
 
 def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: dict, previous: Path | None,
@@ -482,18 +496,30 @@ def _metadata(fields: dict) -> Metadata:
                            hint="on-device numbers must be plain numbers or strings") from None
 
 
-def _device_numbers(path: Path | None) -> dict[str, dict]:
-    """Numbers measured on real devices: {"<model>/<SOC>/<precision>": {"latency_ms": ..., "device": ...}}."""
+def _device_numbers(out: Path, loaded: LoadedMatrix, path: Path | None,
+                    complete: dict[Group, list[TargetRecord]]) -> DeviceNumbers | None:
+    """``device-numbers.json`` (``qnn-release device-numbers``; by default the one in the build folder): a
+    target whose outputs disagree with CPU on the device fails like an emulator failure, unless its model
+    says ``options.device_parity: record``."""
+    import pydantic
+
+    path = path or (out / DEVICE_FILE if (out / DEVICE_FILE).is_file() else None)
     if path is None:
-        return {}
+        return None
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise PackageError(f"{path}: cannot read device numbers: {e}",
-                           hint='a JSON object {"model/SOC/precision": {"latency_ms": 1.2, "device": "..."}}') from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise PackageError(f"{path}: expected an object of objects keyed by model/SOC/precision")
-    return data
+        numbers = DeviceNumbers.read(path)
+    except (OSError, ValueError, pydantic.ValidationError) as e:
+        first = e.errors(include_url=False)[0] if isinstance(e, pydantic.ValidationError) else None
+        why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(e).splitlines()[0]
+        raise PackageError(f"{path}: not a device-numbers.json: {why}",
+                           hint="write it with `qnn-release device-numbers`") from None
+    ids = {r.id for rs in complete.values() for r in rs}
+    failed = [f for f in parity_failures(loaded, numbers) if f.split(":", 1)[0] in ids]
+    if failed:
+        raise VerifyError(f"{path}: {len(failed)} target(s) disagree with CPU on a real device: {failed[0]}",
+                          hint="fix the target, or set options.device_parity: record to release it with the "
+                          "numbers")
+    return numbers
 
 
 def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:

@@ -97,7 +97,22 @@ def _ok_cell(asset: dict, meta: dict) -> dict:
             "max_abs": max(p["max_abs"] for p in parity) if parity else None,
             "by_max_abs": any((n.get("verification") or {}).get("passed_by") == "max_abs" for n in numbers),
             "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
-            "transcript": _transcript(meta.get("transcript"))}
+            "transcript": _transcript(meta.get("transcript")), "device": _device(meta.get("on_device"))}
+
+
+def _device(d: dict | None) -> dict | None:
+    """A real device's figures (device-numbers.json): NPU latency, speedup vs its CPU, or why there are none."""
+    if not d:
+        return None
+    speech = d.get("speech") or {}
+    return {"status": d["status"], "reason": d.get("reason"), "device": d.get("device"), "via": d.get("via"),
+            "latency_ms": d.get("latency_ms"), "cpu_latency_ms": d.get("cpu_latency_ms"),
+            "speedup": d.get("speedup_vs_cpu"), "rtf": speech.get("real_time_factor"),
+            "ttft_ms": speech.get("time_to_first_token_ms")}
+
+
+def _device_bar(d: dict) -> str:
+    return f"{d['latency_ms']:.3f} ms" + (f", {d['speedup']:.1f}x CPU" if d.get("speedup") else "")
 
 
 def _transcript(t: dict | None) -> dict | None:
@@ -133,6 +148,27 @@ def _verification(metas: list[dict]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+def _charts(cells: dict, models: list[str], precisions: list[str], chips: list[str]) -> list[dict]:
+    """Per model and precision: binary size, real-device latency and emulator latency per chip."""
+    charts = []
+    for m in models:
+        for p in precisions:
+            built = [(c, cells[(p, c, m)]) for c in chips if cells.get((p, c, m), {}).get("asset")]
+            if not built:
+                continue
+            size = [(c, x["size"] / 1e6, size_text(x["size"])) for c, x in built if x["size"] is not None]
+            lat = [(c, x["latency_ms"], f"{x['latency_ms']:.3f} ms") for c, x in built if x["latency_ms"] is not None]
+            dev = [(c, x["device"]["latency_ms"], _device_bar(x["device"])) for c, x in built
+                   if (x.get("device") or {}).get("latency_ms") is not None]
+            charts.append({"model": m, "precision": p, "id": _slug("chart", m, p),
+                           "size": _chart(f"{m} {p}: context binary size per chip", "MB", size),
+                           "device": _chart(f"{m} {p}: latency on a real device per chip (NPU; speedup vs the "
+                                            "device's CPU)", "ms", dev) if dev else None,
+                           "latency": _chart(f"{m} {p}: HTP emulator latency per chip (x86-64 host, not a device)",
+                                             "ms", lat) if lat else None})
+    return charts
+
+
 def page_data(manifest: dict, metas: dict[str, dict], report: BuildReport | None, files: dict[str, tuple[int, str]],
               base: str | None) -> dict:
     """Everything the page shows. ``files``: the release's other files (name -> (size, sha256))."""
@@ -165,17 +201,7 @@ def page_data(manifest: dict, metas: dict[str, dict], report: BuildReport | None
               "rows": [{"chip": _chip_info(c, all_metas, cat),
                         "cells": [cells.get((p, c, m), absent) for m in models]} for c in chips]}
              for p in precisions]
-    charts = []
-    for m in models:
-        for p in precisions:
-            built = [(c, cells[(p, c, m)]) for c in chips if cells.get((p, c, m), {}).get("asset")]
-            if not built:
-                continue
-            size = [(c, x["size"] / 1e6, size_text(x["size"])) for c, x in built if x["size"] is not None]
-            lat = [(c, x["latency_ms"], f"{x['latency_ms']:.3f} ms") for c, x in built if x["latency_ms"] is not None]
-            charts.append({"model": m, "precision": p, "id": _slug("chart", m, p),
-                           "size": _chart(f"{m} {p}: context binary size per chip", "MB", size),
-                           "latency": _chart(f"{m} {p}: HTP emulator latency per chip", "ms", lat) if lat else None})
+    charts = _charts(cells, models, precisions, chips)
     count = {s: sum(c["status"] == s for c in cells.values()) for s in STATUS if s != "absent"}
     assets = [{"name": a["name"], "kind": a["kind"], "size": a["size"], "sha256": a["sha256"],
                "href": (base or "") + quote(a["name"])} for a in manifest.get("assets", [])]
@@ -188,7 +214,7 @@ def page_data(manifest: dict, metas: dict[str, dict], report: BuildReport | None
             "created": max((m.get("created") or "" for m in all_metas), default="") or None,
             "models": models, "grids": grids, "charts": charts, "failures": failures, "count": count,
             "verification": _verification(all_metas), "assets": assets, "statuses": STATUS,
-            "has_fetch_sh": "qnn-fetch.sh" in files}
+            "has_fetch_sh": "qnn-fetch.sh" in files, "device_numbers": manifest.get("device_numbers")}
 
 
 def render_page(data: dict) -> str:

@@ -27,7 +27,7 @@ from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
 from ...util.metrics import compare, worst
-from .runtime import Whisper, WhisperInputError, read_wav
+from .runtime import SAMPLE_RATE, Whisper, WhisperInputError, read_wav
 
 CHECK_VERSION = 2  # bump when a change here should verify every chip again
 DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
@@ -212,6 +212,7 @@ def _check_chip(job: dict) -> dict:
             clips.append({"file": c["name"], "reference": c["text"], "cpu": job["cpu"][c["name"]], "htp": got.text,
                           "htp_tokens": got.tokens, "encoder_seconds": round(got.encoder_seconds, 3),
                           "decoder_steps": len(got.decoder_seconds),
+                          "audio_seconds": round(len(audio) / SAMPLE_RATE, 3),
                           "decoder_seconds": round(sum(got.decoder_seconds), 3)})
     for c in clips:
         c["wer_vs_cpu"] = wer([(c["cpu"], c["htp"])])

@@ -42,8 +42,10 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
     numbers["verify_seconds"] = transcript["seconds"]
     numbers.update({k: transcript.get(k) for k in ("cpu_wer_all", "cpu_clips_all")})
     numbers["recorded"] = model.verify.recordings is not None
-    numbers["clips"] = [{k: c[k] for k in ("file", "reference", "cpu", "htp", "wer_vs_cpu", "wer", "encoder_seconds",
-                                           "decoder_steps", "decoder_seconds")} for c in transcript["clips"]]
+    keys = ("file", "reference", "cpu", "htp", "wer_vs_cpu", "wer", "encoder_seconds", "decoder_steps",
+            "decoder_seconds")
+    numbers["clips"] = [{k: c[k] for k in keys} | {"audio_seconds": c.get("audio_seconds")}
+                        for c in transcript["clips"]]
     check = transcript.get("export_check") or {}
     numbers["export_check"] = {"tool": check.get("tool"), "equal": check.get("equal", 0),
                                "total": check.get("total", 0), "skipped": check.get("skipped")}

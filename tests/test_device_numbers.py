@@ -1,0 +1,285 @@
+"""Numbers from real devices: a real build measured through AI Hub's real client against a stand-in server
+(tests/fake_aihub.py), whose "phone" runs each uploaded context binary on the HTP emulator; faults end in one
+recorded line per target; the numbers reach metadata.json, the manifest, the notes and the page."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import jsonschema
+import numpy as np
+import pytest
+
+from ci_tools.cli import main
+from ci_tools.device.numbers import DeviceRun, Latency, on_device
+from ci_tools.release.metadata import SCHEMA_FILE
+from ci_tools.sources.store import sha256_file
+from tests import models
+from tests.conftest import path_model, run_cli, write_matrix
+
+pytest.importorskip("onnxruntime_qnn")
+qc = pytest.importorskip("qai_hub.client")
+qsession = pytest.importorskip("qai_hub.util.session")
+from tests.fake_aihub import DEFAULT_DEVICES, FakeAIHub, JobFailure, _device  # noqa: E402
+
+CHIPS = ["SM8750", "QCS9100", "SM8650"]
+# The binaries of the ort route are stamped with onnxruntime-qnn's QNN (2.51): the runtime must be >= it
+FRAMEWORKS = [{"name": "QAIRT", "api_version": v, "full_version": f"{v}.0.26", "api_tags": []}
+              for v in ("2.42", "2.51", "2.52")]
+# QCS9100 has no AI Hub device; its twin QCS9075 (same soc_model 77, v73) has the IQ-9075 EVK
+IQ9075 = _device("Dragonwing IQ-9075 EVK", "1.0", ["qualcomm-qcs9075", "qcs9075"], 73, 77, "Dragonwing IQ-9075",
+                 format="iot", vendor="qualcomm")
+LATENCY = {"Samsung Galaxy S25": 400, "Dragonwing IQ-9075 EVK": 900}
+
+EMULATE = r"""
+import sys, numpy as np, onnxruntime as ort
+from ci_tools.compile import qnn_ep
+ctx, soc_model, arch, src, dst = sys.argv[1:]
+so = qnn_ep.session_options(allow_cpu_fallback=False, options=qnn_ep.htp_options(soc_model, int(arch), fp16=True))
+sess = ort.InferenceSession(ctx, sess_options=so)
+feeds = dict(np.load(src))
+n = len(next(iter(feeds.values())))
+names = [o.name for o in sess.get_outputs()]
+outs = [sess.run(None, {k: v[i] for k, v in feeds.items()}) for i in range(n)]
+np.savez(dst, **{nm: np.stack([o[k] for o in outs]) for k, nm in enumerate(names)})
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fast_client(monkeypatch):
+    """The client's retries without waiting (as the wheel's own test/test_session.py patches them)."""
+    monkeypatch.setattr(qc.Job, "_polling_interval", 2**-10)
+    monkeypatch.setattr(qsession, "BACKOFF_FACTOR", 0)
+    monkeypatch.setattr(qsession, "MAX_WAIT", 0)
+    monkeypatch.setattr(qsession, "MAX_RETRIES", 1)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A real build for three chips: one with an AI Hub device, one whose twin has one, one without."""
+    repo = tmp_path_factory.mktemp("repo")
+    (repo / "models").mkdir()
+    (repo / "samples").mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):  # the model's own inputs (calibration.path: counts as real samples)
+        np.savez(repo / "samples" / f"s{i}.npz", x=rng.standard_normal((1, 32)).astype(np.float32))
+    onnx_file = models.mlp(repo / "models" / "a.onnx", dynamic_batch=False)
+    matrix = write_matrix(repo, [path_model(repo, "alpha", onnx_file, chips=CHIPS,
+                                            calibration={"path": "samples"})])
+    out, cache = repo / "dist", repo / "cache"
+    env = {**os.environ, "QNN_RELEASE_CACHE": str(cache)}
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "-j", "2", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {"repo": repo, "matrix": matrix, "out": out, "cache": cache, "env": env}
+
+
+def _phone(built, garbage: bool = False):
+    """The stand-in's device: an uploaded context binary runs on the HTP emulator (the binary the build wrote,
+    found by its bytes), an ONNX model on ONNX Runtime's CPU; ``garbage``: the NPU returns HTP's -98304."""
+    by_sha = {}
+    for t in json.loads((built["out"] / "build-report.json").read_text())["targets"]:
+        folder = built["out"] / t["id"]
+        by_sha[sha256_file(folder / t["binaries"][0])] = (folder / t["context_onnx"], t["soc"])
+    socs = {"SM8750": (69, 79), "QCS9100": (77, 73), "SM8650": (57, 75)}
+
+    def run(data: bytes, model_type: int, inputs: dict, device: str, options: str) -> dict:
+        import hashlib
+
+        from qai_hub import public_api_pb2 as pb
+
+        if model_type == pb.MODEL_TYPE_ONNX:
+            from tests.fake_aihub import onnx_cpu_runner
+
+            return onnx_cpu_runner(data, model_type, inputs, device, options)
+        ctx, soc = by_sha[hashlib.sha256(data).hexdigest()]
+        src, dst = built["repo"] / f"in-{os.getpid()}.npz", built["repo"] / f"out-{os.getpid()}.npz"
+        np.savez(src, **{k: np.stack(v) for k, v in inputs.items()})
+        r = subprocess.run([sys.executable, "-c", EMULATE, str(ctx), *map(str, socs[soc]), str(src), str(dst)],
+                           capture_output=True, text=True, env=built["env"])
+        if r.returncode:
+            raise JobFailure(f"the binary did not run: {r.stderr.strip().splitlines()[-1:]}")
+        got = dict(np.load(dst))
+        return {k: [np.full_like(a, -98304.0) if garbage else a for a in v] for k, v in got.items()}
+
+    return run
+
+
+def _hub(built, **kw) -> FakeAIHub:
+    devices = [d for d in DEFAULT_DEVICES if "chipset:sm8650" not in d["attributes"]] + [IQ9075]
+    return FakeAIHub(devices=devices, frameworks=FRAMEWORKS, runner=_phone(built, kw.pop("garbage", False)),
+                     latency_us=LATENCY, **kw)
+
+
+def _measure(built, hub, monkeypatch, capsys, *args):
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(built["cache"]))
+    monkeypatch.setenv("QAI_HUB_API_TOKEN", hub.token)
+    monkeypatch.setenv("QAI_HUB_API_URL", hub.url)
+    code = main(["device-numbers", str(built["out"]), "--poll-seconds", "0", *args])
+    out = capsys.readouterr()
+    return code, out.out + out.err, json.loads((built["out"] / "device-numbers.json").read_text())
+
+
+def _package(built, *args):
+    return run_cli("package", "--matrix", str(built["matrix"]), "--out", str(built["out"]), *args,
+                   env={k: v for k, v in built["env"].items() if k != "QNN_SDK_ROOT"})
+
+
+def _metadata(built, soc: str) -> dict:
+    name = next((built["out"] / "release").glob(f"alpha-{soc.lower()}-fp16-*.tar.bz2"))
+    with tarfile.open(name) as tf:
+        return json.load(tf.extractfile(next(m for m in tf.getmembers() if m.name.endswith("metadata.json"))))
+
+
+def test_every_chip_with_a_device_gets_its_numbers_and_the_rest_say_why(built, monkeypatch, capsys):
+    with _hub(built) as hub:
+        code, text, numbers = _measure(built, hub, monkeypatch, capsys)
+        jobs = hub.calls("POST", r"jobs/$")
+    assert code == 0, text
+    runs = {k.split(".")[2]: v for k, v in numbers["targets"].items()}
+    s25, iq, none = runs["sm8750"], runs["qcs9100"], runs["sm8650"]
+    # the device AI Hub picked for the catalog's chipset, checked against the binary's HTP arch and soc_model
+    assert s25["status"] == "ok" and s25["device"]["name"] == "Samsung Galaxy S25"
+    assert (s25["device"]["hexagon"], s25["device"]["soc_model"]) == ("v79", 69)
+    assert iq["status"] == "ok" and iq["device"]["name"] == "Dragonwing IQ-9075 EVK"
+    assert iq["device"]["stands_in_for"] == "QCS9075"
+    assert none["status"] == "no-device" and "SM8650" in none["reason"] and not none.get("latency")
+    # the smallest runtime offered that is at least the binary's QNN (2.51), never an older one
+    assert s25["qairt_runtime"].startswith("2.51")
+    # the stand-in's numbers, converted from µs: latency median, first/warm load, peak memory, placement
+    assert s25["latency"]["median_ms"] == pytest.approx(0.4, abs=0.05) and s25["latency"]["runs"] > 1
+    assert iq["latency"]["median_ms"] == pytest.approx(0.9, abs=0.1)
+    assert s25["first_load_ms"] and s25["warm_load_ms"] and s25["peak_memory_mb"]
+    assert s25["placement"]["npu"] > 0 and s25["placement"]["cpu"] == 0
+    # on-device parity on the model's real samples, against ONNX Runtime on CPU
+    assert s25["parity"]["passed"] and s25["parity"]["cosine"] > 0.999 and s25["parity"]["samples"] == 3
+    assert s25["parity"]["verdict"] == "real-samples" and "calibration.path" in s25["parity"]["inputs"]
+    # the same prepared graph on the same phone's CPU: the speedup the seeds' step 0 asks for
+    assert s25["cpu"]["latency"]["median_ms"] > s25["latency"]["median_ms"]
+    assert s25["speedup_vs_cpu"] == pytest.approx(s25["cpu"]["latency"]["median_ms"] / s25["latency"]["median_ms"],
+                                                  rel=0.01)
+    assert s25["job_url"] and s25["job_id"]
+    assert len(jobs) == 4  # two NPU jobs and one CPU job per device: all submitted before any wait
+    assert "2 of 3 targets measured" in text and hub.token not in text
+    assert hub.token not in (built["out"] / "device-numbers.json").read_text()
+    assert hub.token not in (built["out"] / "logs" / "device-numbers.log").read_text()
+
+    # into the release: metadata.json (validated against the committed schema), manifest, notes, page
+    r = _package(built, "--tag", "v1.0.0")
+    assert r.returncode == 0, r.stderr
+    meta = _metadata(built, "SM8750")
+    jsonschema.validate(meta, json.loads(SCHEMA_FILE.read_text()))
+    assert meta["metadata_version"] == 2 and meta["numbers"]["main"]["device"]["status"] == "ok"
+    assert _metadata(built, "QCS9100")["on_device"]["device"].startswith("Dragonwing IQ-9075 EVK (QCS9075, same")
+    assert meta["on_device"]["device"] == "Samsung Galaxy S25" and meta["on_device"]["speedup_vs_cpu"] > 1
+    assert _metadata(built, "SM8650")["on_device"]["status"] == "no-device"
+    release = built["out"] / "release"
+    manifest = json.loads((release / "manifest.json").read_text())
+    asset = next(a for a in manifest["assets"] if a.get("soc") == "SM8750")
+    assert asset["device"]["latency_ms"] == meta["on_device"]["latency_ms"]
+    assert "measured on real devices through Qualcomm AI Hub: 2 of 3" in manifest["device_numbers"]
+    notes = (release / "RELEASE_NOTES.md").read_text()
+    assert "| alpha | SM8750 | fp16 | Samsung Galaxy S25 | ok |" in notes
+    assert "no-device: SM8650: AI Hub has no device that runs QNN for chipset:" in notes
+    page = (release / "index.html").read_text()
+    assert "latency on a real device per chip" in page and "HTP emulator latency per chip (x86-64 host" in page
+    assert "ms NPU on Samsung Galaxy S25" in page and "<dt>emulator latency</dt>" in page
+
+
+@pytest.mark.parametrize("fault, status, words", [
+    ("bad_token", "unavailable", "refused the token (401)"),
+    ("old_client", "unavailable", "too old (426)"),
+    ("outage", "unavailable", "AI Hub unavailable"),
+    ("rate_limit", "unavailable", "rate-limited"),
+    ("job_fails", "failed", "QNN_VERSION_MISMATCH"),
+    ("never_finishes", "timeout", "still running after"),
+])
+def test_every_fault_ends_in_a_recorded_one_line_state(built, monkeypatch, capsys, fault, status, words):
+    with _hub(built) as hub:
+        if fault == "bad_token":
+            hub.bad_token = True
+        elif fault == "old_client":
+            hub.min_client_version = "99"
+        elif fault == "outage":
+            hub.fail_path(r"frameworks", status=503, count=None)
+        elif fault == "rate_limit":
+            hub.rate_limit_jobs = 100
+        elif fault == "job_fails":
+            hub.fail_jobs(reason="runtime 2.51 cannot load this binary", device="Samsung Galaxy S25")
+        else:
+            hub.hang_jobs(device="Samsung Galaxy S25")
+        code, text, numbers = _measure(built, hub, monkeypatch, capsys, "--soc", "SM8750",
+                                       "--budget-minutes", "0.02")
+    assert code == 0, text  # an outage, a rate limit, a failed or unfinished job never blocks a release
+    (run,) = numbers["targets"].values()
+    assert run["status"] == status and words in run["reason"] and "\n" not in run["reason"]
+    assert "Traceback" not in text and hub.token not in text and hub.token not in json.dumps(numbers)
+    assert len([ln for ln in text.splitlines() if ln.strip()]) <= 3
+
+
+def test_a_device_that_disagrees_with_cpu_fails_the_target_unless_the_matrix_says_record(built, monkeypatch, capsys,
+                                                                                         tmp_path):
+    with _hub(built, garbage=True) as hub:
+        code, text, numbers = _measure(built, hub, monkeypatch, capsys, "--soc", "SM8750")
+    assert code == 7 and "disagree with CPU on the device" in text, text
+    (run,) = numbers["targets"].values()
+    assert run["status"] == "parity-failed" and not run["parity"]["passed"] and run["latency"]
+    r = _package(built)
+    assert r.returncode == 7 and "alpha.main.sm8750.fp16" in r.stderr and "device_parity: record" in r.stderr
+    # the matrix keeps the numbers without failing the target
+    text_matrix = built["matrix"].read_text()
+    try:
+        import yaml
+
+        data = yaml.safe_load(text_matrix)
+        data["models"][0]["options"] = {"device_parity": "record"}
+        built["matrix"].write_text(yaml.safe_dump(data, sort_keys=False))
+        r = _package(built)
+        assert r.returncode == 0, r.stderr
+        assert _metadata(built, "SM8750")["on_device"]["status"] == "parity-failed"
+    finally:
+        built["matrix"].write_text(text_matrix)
+        (built["out"] / "device-numbers.json").unlink()
+
+
+def test_no_runtime_at_least_the_build_is_said_so(built, monkeypatch, capsys):
+    with _hub(built) as hub:
+        hub.frameworks = [f for f in FRAMEWORKS if f["api_version"] == "2.42"]
+        code, _, numbers = _measure(built, hub, monkeypatch, capsys, "--soc", "SM8750")
+    (run,) = numbers["targets"].values()
+    assert code == 0 and run["status"] == "skipped" and "AI Hub offers QAIRT 2.42; none is >= 2.51" in run["reason"]
+
+
+def test_without_a_token_nothing_is_sent_and_the_release_says_no_device_numbers(built, monkeypatch, capsys):
+    monkeypatch.delenv("QAI_HUB_API_TOKEN", raising=False)
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(built["cache"]))
+    assert main(["device-numbers", str(built["out"])]) == 0
+    numbers = json.loads((built["out"] / "device-numbers.json").read_text())
+    assert numbers["note"].startswith("no device numbers: QAI_HUB_API_TOKEN is not set")
+    assert {r["status"] for r in numbers["targets"].values()} == {"skipped"}
+    (built["out"] / "device-numbers.json").unlink()
+
+
+def test_a_speech_model_gets_its_real_time_factor_and_time_to_first_token():
+    def run(ms):
+        return DeviceRun(via="ai-hub", status="ok", latency=Latency(median_ms=ms, min_ms=ms, max_ms=ms, runs=3))
+
+    transcript = {"clips": [{"audio_seconds": 4.0, "decoder_steps": 20}, {"audio_seconds": 6.0, "decoder_steps": 30}]}
+    d = on_device({"encoder": run(200.0), "decoder": run(10.0)}, transcript)
+    # (2 encoder runs + 50 decoder steps) / 10 s of audio; first token after the encoder and the 4 prompt steps
+    assert d.speech.real_time_factor == pytest.approx((2 * 200 + 50 * 10) / 10000)
+    assert d.speech.time_to_first_token_ms == pytest.approx(200 + 4 * 10)
+    assert d.latency_ms == 210.0 and d.status == "ok"
+    worse = on_device({"encoder": run(1.0), "decoder": DeviceRun(via="ai-hub", status="timeout", reason="slow")})
+    assert worse.status == "timeout" and worse.latency_ms is None and worse.speech is None
+
+
+def test_the_catalog_names_a_device_for_a_chip_through_its_twin():
+    from ci_tools.catalog.socs import load_catalog
+
+    cat = load_catalog()
+    assert [s.name for _, s in cat.hub_chipsets(cat.get("QCS9100"))] == ["QCS9075"] * 3
+    assert cat.hub_chipsets(cat.get("SM8750"))[0] == ("qualcomm-snapdragon-8-elite-for-galaxy", cat.get("SM8750"))
