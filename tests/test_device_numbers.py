@@ -283,3 +283,91 @@ def test_the_catalog_names_a_device_for_a_chip_through_its_twin():
     cat = load_catalog()
     assert [s.name for _, s in cat.hub_chipsets(cat.get("QCS9100"))] == ["QCS9075"] * 3
     assert cat.hub_chipsets(cat.get("SM8750"))[0] == ("qualcomm-snapdragon-8-elite-for-galaxy", cat.get("SM8750"))
+
+
+# -- a phone on adb -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qairt_built(tmp_path_factory):
+    """A qairt-route build (the fake SDK) for SM8750 and SM8650: what a phone on adb runs with qnn-net-run."""
+    from tests.fake_qairt import make_fake_sdk
+
+    repo = tmp_path_factory.mktemp("adbrepo")
+    sdk = make_fake_sdk(repo / "sdk")
+    (repo / "models").mkdir()
+    (repo / "samples").mkdir()
+    rng = np.random.default_rng(9)
+    for i in range(2):
+        np.savez(repo / "samples" / f"s{i}.npz", x=rng.standard_normal((1, 32)).astype(np.float32))
+    f = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(repo, [path_model(repo, "m", f, chips=["SM8750", "SM8650"],
+                                            calibration={"path": "samples"})])
+    env = {**os.environ, "QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable,
+           "QNN_RELEASE_CACHE": str(repo / "cache")}
+    out = repo / "dist"
+    r = run_cli("build", "--backend", "qairt", "--matrix", str(matrix), "--out", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return {"repo": repo, "sdk": sdk, "matrix": matrix, "env": env, "out": out}
+
+
+def _adb_run(qairt_built, monkeypatch, capsys, phones, *args):
+    from tests.fake_adb import make_fake_adb
+
+    adb = make_fake_adb(qairt_built["repo"] / "adb", phones)
+    monkeypatch.setenv("ADB", str(adb))
+    monkeypatch.delenv("ANDROID_SERIAL", raising=False)
+    monkeypatch.setenv("QNN_RELEASE_CACHE", qairt_built["env"]["QNN_RELEASE_CACHE"])
+    monkeypatch.setenv("QNN_SDK_ROOT", str(qairt_built["sdk"]))
+    code = main(["device-numbers", str(qairt_built["out"]), "--via", "adb", *args])
+    out = capsys.readouterr()
+    numbers = json.loads((qairt_built["out"] / "device-numbers.json").read_text())
+    return code, out.out + out.err, {k.split(".")[2]: v for k, v in numbers["targets"].items()}, numbers
+
+
+def test_a_phone_on_adb_runs_the_binaries_of_its_chip_and_refuses_the_others(qairt_built, monkeypatch, capsys):
+    phone = {"R5CX": {"props": {"ro.soc.model": "SM8750", "ro.product.model": "SM-S931B"}}}
+    code, text, runs, numbers = _adb_run(qairt_built, monkeypatch, capsys, phone)
+    assert code == 0, text
+    mine, other = runs["sm8750"], runs["sm8650"]
+    assert numbers["via"] == "adb" and mine["status"] == "ok", mine["reason"]
+    assert mine["device"] == {"name": "SM-S931B (adb R5CX)", "os": None, "chipset": "SM8750", "hexagon": "v79",
+                              "soc_model": 69, "stands_in_for": None}
+    # qnn-profile-viewer's Execute Stats (the fake SDK's FAKE_QNN_EXEC_US default, 1500 µs) and Init Stats
+    assert mine["latency"] == {"median_ms": 1.505, "min_ms": 1.5, "max_ms": 1.51, "runs": 2, "statistic": "mean"}
+    assert mine["first_load_ms"] == 40.0 and mine["qairt_runtime"] == "2.40.0.251030"
+    assert mine["parity"]["passed"] and mine["parity"]["samples"] == 2 and mine["cpu"] is None
+    assert other["status"] == "skipped" and "refused" in other["reason"] and "for SM8650" in other["reason"]
+    assert not list((qairt_built["repo"] / "adb" / "phones" / "R5CX" / "data" / "local" / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("phones, args, words", [
+    ({}, (), "no phone ready on adb"),
+    ({"A": {"state": "unauthorized"}}, (), "A (unauthorized)"),
+    ({"A": {"props": {"ro.soc.model": "SM8750"}}, "B": {"props": {"ro.soc.model": "SM8750"}}}, (),
+     "2 phones on adb (A, B): pick one with --serial"),
+])
+def test_adb_faults_are_one_line_and_never_a_traceback(qairt_built, monkeypatch, capsys, phones, args, words):
+    code, text, runs, numbers = _adb_run(qairt_built, monkeypatch, capsys, phones, *args)
+    assert code == 0 and words in numbers["note"] and "Traceback" not in text
+    assert {r["status"] for r in runs.values()} == {"unavailable"}
+
+
+def test_an_older_runtime_than_the_build_is_refused_and_a_wrong_skel_fails_on_the_phone(qairt_built, monkeypatch,
+                                                                                       capsys, tmp_path):
+    from tests.fake_qairt import make_fake_sdk
+
+    phone = {"P": {"props": {"ro.soc.model": "SM8750"}}}
+    old = make_fake_sdk(tmp_path / "old", version="2.38.0.250901")
+    _, _, runs, _ = _adb_run(qairt_built, monkeypatch, capsys, phone, "--qnn-sdk", str(old), "--soc", "SM8750")
+    assert runs["sm8750"]["status"] == "skipped" and "older than QNN 2.40" in runs["sm8750"]["reason"]
+    # a Skel of another build beside the right Stub: the phone refuses to load it, said in one line
+    sdk = qairt_built["sdk"]
+    skel = sdk / "lib" / "hexagon-v79" / "unsigned" / "libQnnHtpV79Skel.so"
+    good = skel.read_bytes()
+    try:
+        skel.write_bytes(good.replace(b"2.40.0.251030", b"2.41.0.251130"))
+        _, _, runs, _ = _adb_run(qairt_built, monkeypatch, capsys, phone, "--soc", "SM8750")
+        assert runs["sm8750"]["status"] == "failed" and "Stub lib id mismatch" in runs["sm8750"]["reason"]
+    finally:
+        skel.write_bytes(good)

@@ -340,7 +340,10 @@ def test_release_notes_say_plainly_when_there_are_no_runtime_libraries(repo, tmp
     notes = (out / "release" / "RELEASE_NOTES.md").read_text()
     assert "**This release contains no QNN runtime libraries.**" in notes and "qnn-libs" not in notes.split(
         "## Models")[1].split("## Changes")[0]
-    # the ort route compiles with the QNN of onnxruntime-qnn, not the QAIRT the matrix pins: said so
+    # the ort route compiles with the QNN of onnxruntime-qnn, not the QAIRT the matrix pins: said so, with where
+    # an Android app gets a runtime that new
+    assert "loads only on a QNN runtime **2.51.0 or newer**" in notes
+    assert "`com.qualcomm.qti:onnxruntime-android-qnn:2.7.0`" in notes
     assert "> Warning: the binaries were compiled with QNN 2.51" in notes and "pins QAIRT 2.40.0.251030" in notes
     assert "warning: the binaries were compiled with QNN" in r.stderr
 

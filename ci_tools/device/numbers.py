@@ -30,10 +30,12 @@ class _M(BaseModel):
 
 
 class Latency(_M):
-    median_ms: float
+    median_ms: float = Field(description="the median of the timed runs (AI Hub), or their mean where the tool gives "
+                             "only that (qnn-profile-viewer on adb: statistic mean)")
     min_ms: float
     max_ms: float
     runs: int = Field(description="how many timed inferences the numbers are over")
+    statistic: Literal["median", "mean"] = "median"
 
 
 class Device(_M):

@@ -19,7 +19,7 @@ import numpy as np
 from .. import __version__
 from ..compile import qnn_ep
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
-from ..device.measure import parity_failures
+from ..device.common import parity_failures
 from ..device.numbers import FILE as DEVICE_FILE
 from ..device.numbers import DeviceNumbers, on_device
 from ..errors import PackageError, VerifyError
@@ -34,6 +34,7 @@ from .metadata import METADATA_VERSION, Metadata
 from .page import write_page
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
+from .runtime import runtime_advice
 from .templating import render
 
 RELEASE_DIR = "release"
@@ -155,7 +156,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             path = tmp / a["name"]
             a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
         manifest = _manifest(loaded, tag, assets, complete, skipped, job.device)
-        notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir)
+        notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir, _runtimes(metas, libs_name))
         _manifest_contract(manifest)
         write_json(tmp / "manifest.json", manifest)
         client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
@@ -326,7 +327,9 @@ class _Archives:
                                                transcript))
         meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
         members += [(f"{stem}/metadata.json", meta_json.encode()),
-                    (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, **readme).encode()),
+                    (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, runtime=runtime_advice(
+                        meta.sdk.route, meta.sdk.tool, meta.sdk.qnn_version, meta.chip.htp_arch, meta.runtime_libs),
+                        **readme).encode()),
                     (f"{stem}/LICENSE", _licence(self.loaded, model, meta))]
         archive = make_tar_bz2(self.tmp / f"{stem}.tar.bz2", members)
         asset = {"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
@@ -416,14 +419,21 @@ def _device_note(device: DeviceNumbers | None) -> str:
     return f"measured on real devices through {via}: {ok} of {len(device.targets)} targets ({device.created})"
 
 
+def _runtimes(metas: dict[str, dict], libs: str | None) -> list[list[str]]:
+    """What the release notes say of the runtime, once per route and QNN version of its archives."""
+    seen = sorted({(m["sdk"]["route"], m["sdk"]["tool"], m["sdk"]["qnn_version"]) for m in metas.values()})
+    return [runtime_advice(route, tool, version, "v<arch>", libs) for route, tool, version in seen]
+
+
 def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: dict, previous: Path | None,
-           notes_dir: Path | None) -> Path | None:
+           notes_dir: Path | None, runtimes: list[list[str]]) -> Path | None:
     """``RELEASE_NOTES.md`` for a tag (with the changes since the previous release); where it goes in the repo."""
     if not tag:
         return None
     notes_dir = notes_dir or loaded.root / "release_notes"
     prev = previous or _previous_manifest(notes_dir, tag)
-    notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=_changes(manifest, prev), previous=prev)
+    notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=_changes(manifest, prev), previous=prev,
+                   runtimes=runtimes)
     write_atomic(tmp / "RELEASE_NOTES.md", notes)
     return notes_dir / f"{tag}.md"
 

@@ -15,7 +15,10 @@ qairt-dev wheel, sherpa-onnx's workflows, onnxruntime-qnn's EPContext generator)
 - ``qnn-context-binary-utility`` -> ``{"info": {"buildId", "socModel", "contextMetadata": {"info":
   {"dspArch"}}, "graphs": [{"info": {"graphName", "graphInputs", "graphOutputs"}}]}}``
 - ``qnn-net-run`` -> ``<output_dir>/Result_<i>/<sanitised tensor>.raw`` (float32), inputs in the
-  binary's dtype and layout
+  binary's dtype and layout; ``bin/aarch64-android/qnn-net-run`` on a phone (the fake adb runs it) opens
+  ``--backend libQnnHtp.so``, the Stub and the Skel by ``LD_LIBRARY_PATH`` / ``ADSP_LIBRARY_PATH``, all of one
+  build at least the binary's; ``--profiling_level`` writes ``qnn-profiling-data_0.log``
+- ``qnn-profile-viewer --input_log`` -> the "Init Stats" / "Execute Stats (Average|Min|Max)" text
 
 Each tool fails like the real one with a message on stderr and a non-zero exit code. What is fake:
 the binaries carry the ONNX graph instead of Hexagon code, and ``qnn-net-run`` stands in for the
@@ -30,7 +33,7 @@ import sys
 from pathlib import Path
 
 TOOLS = ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator",
-         "qnn-context-binary-utility", "qnn-net-run")
+         "qnn-context-binary-utility", "qnn-net-run", "qnn-profile-viewer")
 ARCHS = (68, 69, 73, 75, 79, 81)
 
 
@@ -44,6 +47,11 @@ def make_fake_sdk(parent: Path, version: str = "2.40.0.251030", *, omit: tuple[s
         p = bindir / name
         p.write_text(f"#!{sys.executable}\n" + tools)
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    # the phone's qnn-net-run (bin/aarch64-android, pushed to the phone by the adb route); the fake adb runs it here
+    phone = root / "bin" / "aarch64-android" / "qnn-net-run"
+    phone.parent.mkdir(parents=True, exist_ok=True)
+    phone.write_text(f"#!{sys.executable}\n" + tools)
+    phone.chmod(phone.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     # what the real bin/envsetup.sh exports (QAIRT 2.25 bin/envsetup.sh:23-51)
     (root / "bin" / "envsetup.sh").write_text(
         'AISW_SDK_ROOT="$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/..")"\n'

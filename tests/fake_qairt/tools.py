@@ -310,7 +310,46 @@ def _load_lib(path):
     return json.loads(data[len(LIB_MAGIC):])
 
 
-def _check_backend(path):
+def _on_phone_backend(name, head):
+    """``qnn-net-run`` of ``bin/aarch64-android`` on a phone: ``--backend libQnnHtp.so`` is opened through
+    ``LD_LIBRARY_PATH`` (dlopen), the Stub of the binary's HTP arch too, and its Skel through ``ADSP_LIBRARY_PATH``
+    (semicolon-separated) [LiteRT LITERT_QNN_NATIVE_RUN.md; QAIRT 2.39 docs, ADSP_LIBRARY_PATH]. The Stub, the
+    Skel and libQnnHtp must come from one SDK build [pytorch/executorch#8762: "Stub lib id mismatch"], at least
+    the one that built the binary [qualcomm/ai-hub-apps#148]. Each library of this fake SDK names its build."""
+    def find(lib, dirs, what):
+        for d in dirs:
+            f = Path(d) / lib
+            if f.is_file():
+                return f
+        fail(f"Unable to load {lib} ({what}: {';'.join(dirs) or 'unset'})")
+
+    ld = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    adsp = [d for d in os.environ.get("ADSP_LIBRARY_PATH", "").split(";") if d]
+    arch = head["dsp_arch"]
+    builds = {}
+    for lib, dirs, what in ((name, ld, "LD_LIBRARY_PATH"), (f"libQnnHtpV{arch}Stub.so", ld, "LD_LIBRARY_PATH"),
+                            (f"libQnnHtpV{arch}Skel.so", adsp, "ADSP_LIBRARY_PATH")):
+        text = find(lib, dirs, what).read_bytes().decode("latin-1")
+        m = re.search(r"fake QAIRT (\S+) lib/(aarch64-android|hexagon-v\d+/unsigned)/", text)
+        if not m:
+            fail(f"{lib}: not a library for a phone (aarch64-android or hexagon)")
+        builds[lib] = m[1]
+    if len(set(builds.values())) != 1:
+        fail(f"Stub lib id mismatch: {builds}")
+    runtime = next(iter(builds.values()))
+
+    def core(v):  # major.minor.patch and the build date (a build id goes on with a time and a number)
+        return tuple(int(x) for x in re.match(r"v?(\d+)\.(\d+)\.(\d+)\.(\d{6})", v).groups())
+
+    built = ".".join(map(str, core(head["build_id"])))
+    if core(runtime) < core(built):
+        fail(f"Failed to create context from binary: QNN_CONTEXT_ERROR_BINARY_VERSION (built with {built}, "
+             f"runtime {runtime})")
+
+
+def _check_backend(path, head=None):
+    if head is not None and "/" not in path:  # a bare library name: qnn-net-run on a phone, found by dlopen
+        return _on_phone_backend(path, head)
     backend = Path(path).resolve()
     if backend != (SDK_ROOT / "lib" / "x86_64-linux-clang" / "libQnnHtp.so").resolve() or not backend.is_file():
         fail(f"--backend {path}: expected $QNN_SDK_ROOT/lib/x86_64-linux-clang/libQnnHtp.so")
@@ -422,11 +461,12 @@ def net_run():
     p.add_argument("--output_dir", default="./output")
     p.add_argument("--use_native_input_files", action="store_true")
     p.add_argument("--use_native_output_files", action="store_true")
+    p.add_argument("--profiling_level", choices=["basic", "detailed", "backend"])
     a = p.parse_args()
-    _check_backend(a.backend)
     if not a.retrieve_context:
         fail("this stand-in runs context binaries only: pass --retrieve_context")
     head = _load_ctx(a.retrieve_context)
+    _check_backend(a.backend, head)
     lib = head["lib"]
     model_bytes = base64.b64decode(lib["onnx"])
     sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
@@ -491,7 +531,42 @@ def net_run():
                 q.astype(NP[NAMES[t["data_type"]]]).tofile(d / f"{sanitize(name)}.raw")
             else:
                 v.tofile(d / f"{sanitize(name)}.raw")
+    if a.profiling_level:  # [LiteRT QNN doc; qnn-net-run --help]: the log goes into the output folder
+        _write_profile(Path(a.output_dir) / "qnn-profiling-data_0.log", lib, len(lines))
     print(f"[ INFO ] ran {len(lines)} inputs on the HTP simulator stand-in")
+
+
+def _write_profile(path, lib, runs):
+    """Stand-in timings (µs), deterministic: FAKE_QNN_EXEC_US per inference (default 1500), init 40 ms. The real
+    log is binary; only qnn-profile-viewer reads it, and this fake's viewer reads this one."""
+    base = int(os.environ.get("FAKE_QNN_EXEC_US", "1500"))
+    times = [base + 10 * (i % 3) for i in range(max(runs, 1))]
+    path.write_text(json.dumps({"graph": lib.get("graph", "graph"), "init_us": 40000, "finalize_us": 9000,
+                                "execute_us": times}))
+
+
+def profile_viewer():
+    """``qnn-profile-viewer --input_log F`` prints the stats as text: "Init Stats:", "Finalize Stats:", "Execute
+    Stats (Average|Min|Max):" blocks, each with ``NetRun:  <n> us`` [the form QNN users' tutorials show and their
+    parsers read; e.g. a CSDN QNN tutorial's viewer output: "Execute Stats (Average): ... NetRun:  2952 us"]."""
+    p = Parser(prog=TOOL)
+    p.add_argument("--input_log", required=True)
+    a = p.parse_args()
+    try:
+        d = json.loads(Path(a.input_log).read_text())
+    except (OSError, ValueError):
+        fail(f"{a.input_log}: not a profiling log")
+    ex = d["execute_us"]
+    print(f"Input Log File Location: {a.input_log}\nLog File Created: fake\n\nQnn Init/Prepare/Finalize/De-Init/"
+          "Execute/Lib-Load Statistics:\n------------------------------------------------------------")
+    print(f"Init Stats:\n-----------\n    NetRun: {d['init_us']} us\n")
+    print(f"Finalize Stats:\n---------------\nGraph 0 ({d['graph']}):\n    NetRun: {d['finalize_us']} us\n")
+    for label, v in (("Average", sum(ex) // len(ex)), ("Min", min(ex)), ("Max", max(ex))):
+        print(f"Execute Stats ({label}):\n------------------------\nTotal Inference Time:\n---------------------\n"
+              f"Graph 0 ({d['graph']}):\n    NetRun: {v} us\n    Backend (Accelerator (execute) time): "
+              f"{int(v * 0.8)} us\n")
+    print(f"Execute Stats (Overall):\n------------------------\n    NetRun IPS: {1e6 / (sum(ex) / len(ex)):.4f} "
+          "inf/sec")
 
 
 # Test fault injection, not a behaviour of the real tools: FAKE_QAIRT_FAIL=<tool name> makes that tool fail.
@@ -500,4 +575,4 @@ if os.environ.get("FAKE_QAIRT_FAIL") == TOOL:
 
 {"qnn-onnx-converter": converter, "qnn-model-lib-generator": lib_generator,
  "qnn-context-binary-generator": context_generator, "qnn-context-binary-utility": context_utility,
- "qnn-net-run": net_run}.get(TOOL, lambda: fail("unknown tool"))()
+ "qnn-net-run": net_run, "qnn-profile-viewer": profile_viewer}.get(TOOL, lambda: fail("unknown tool"))()

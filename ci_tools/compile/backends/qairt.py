@@ -127,8 +127,8 @@ class TensorIO:
         return x.reshape(self.onnx_shape)
 
 
-def sdk_root() -> Path:
-    root = os.environ.get("QNN_SDK_ROOT")
+def sdk_root(root: Path | str | None = None) -> Path:
+    root = root or os.environ.get("QNN_SDK_ROOT")
     if not root:
         raise BackendUnavailable("the qairt route needs QNN_SDK_ROOT",
                                  hint="`qnn-release sdk fetch` prints it, or source qairt/<version>/bin/envsetup.sh")
@@ -158,8 +158,8 @@ def sdk_environment(root: Path, base: dict[str, str] | None = None) -> dict[str,
 class QairtBackend:
     name = "qairt"
 
-    def __init__(self) -> None:
-        self.root = sdk_root()
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = sdk_root(root)
         self.python = os.environ.get("QNN_PYTHON", "python3")  # the SDK's Python 3.10 venv in the image
         self.env = sdk_environment(self.root)
 
@@ -297,7 +297,7 @@ class QairtBackend:
             shutil.copyfile(job.precompiled / log, logs / log)
         shutil.copyfile(job.precompiled / f"{graph}_net.json", logs / f"{graph}_net.json")
         warnings = json.loads((job.precompiled / "done.json").read_text())["warnings"] + _warnings(text)
-        info = self._binary_info(binary, logs)
+        info = self.binary_info(binary, logs)
         soc_model, arch = info.get("socModel"), (info.get("contextMetadata") or {}).get("info", {}).get("dspArch")
         if (soc_model, arch) != (job.soc.soc_model, job.soc.htp_arch):
             raise CompileError(f"{job.target_id}: the binary says soc_model {soc_model} / dspArch {arch}, asked for "
@@ -308,7 +308,7 @@ class QairtBackend:
         return CompileResult(context_onnx=stub, binaries=[binary], sdk_version=self.sdk_version(), seconds=seconds,
                              warnings=warnings, logs=sorted(logs.iterdir()))
 
-    def _binary_info(self, binary: Path, logs: Path) -> dict:
+    def binary_info(self, binary: Path, logs: Path) -> dict:
         util = self.root / BIN / "qnn-context-binary-utility"
         if not util.is_file():
             raise CompileError(f"{util} is missing: cannot read the graph's tensors back for the EPContext stub")
@@ -348,7 +348,7 @@ class QairtBackend:
         if not tool.is_file():
             return None
         logs = job.out_dir / "logs"
-        info = self._binary_info(result.binaries[0], logs)
+        info = self.binary_info(result.binaries[0], logs)
         inputs, outputs = tensor_io(info, job.prepared, logs / f"{job.prepared.graph}_net.json", job.target_id)
         with tempfile.TemporaryDirectory() as tmp:
             tmp_path = Path(tmp)

@@ -1,0 +1,128 @@
+"""What both device routes (AI Hub, adb) share: the settings, the targets of a build, their prepared graphs,
+versions, and how a device's outputs are judged against CPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from packaging.version import InvalidVersion, Version
+
+from ..compile.records import BuildReport, TargetRecord
+from ..compile.verify import check, thresholds_for
+from ..errors import QnnReleaseError, UsageError, VerifyError
+from ..matrix.schema import LoadedMatrix, Model
+from ..prepare.graph import Prepared
+from ..util.metrics import compare, worst
+from .inputs import MAX_ENTRIES, DeviceInputs
+from .numbers import DeviceNumbers, DeviceParity
+
+
+@dataclass(kw_only=True)
+class Settings:
+    budget_seconds: float = 3600.0  # every job submitted, then all waited for within this
+    poll_seconds: float = 10.0  # the client's own polling interval
+    max_entries: int = MAX_ENTRIES
+    qairt: str | None = None  # a runtime version to ask for (else the smallest offered >= the build's)
+    cpu: bool = True  # the same graph on the device's CPU as well
+    serial: str | None = None  # adb: the phone (else the only one attached)
+    qnn_sdk: Path | None = None  # adb: the QAIRT tree whose qnn-net-run and runtime libraries go to the phone
+
+
+class NoRuntime(QnnReleaseError):
+    """No runtime at least as new as the build: a target that cannot be measured, said so."""
+
+
+def read_report(path: Path) -> BuildReport:
+    try:
+        return BuildReport.read(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no build report", hint="run `qnn-release build` first") from None
+    except (OSError, ValueError, TypeError) as e:
+        raise UsageError(f"{path}: not a build report: {e}") from None
+
+
+def select_targets(loaded: LoadedMatrix, report: BuildReport, soc, model) -> list[TargetRecord]:
+    socs = {loaded.catalog.target(loaded.catalog.resolve(s)).name for s in soc or []}
+    known = {r.model for r in report.records}
+    for m in model or []:
+        if m not in known:
+            raise UsageError(f"--model {m}: not in {report.path}", hint=f"built models: {', '.join(sorted(known))}")
+    out = [r for r in report.records if r.built and (not socs or r.soc in socs) and (not model or r.model in model)]
+    if not out:
+        raise UsageError(f"{report.path}: no built target matches", hint="build first, or widen --soc/--model")
+    return out
+
+
+def prepared_for(report: BuildReport, r: TargetRecord) -> Prepared:
+    for p in report.prepared:
+        if p.get("model") == r.model and p.get("graph") == r.graph:
+            prep = Prepared.load_dict(p)
+            if prep.path.is_file():
+                return prep
+    raise QnnReleaseError(f"{r.id}: the prepared graph is gone from the cache",
+                          hint="run `qnn-release build` again (nothing recompiles)")
+
+
+def major_minor(version: str | None) -> tuple[int, int] | None:
+    try:
+        v = Version((version or "").split()[0].lstrip("v"))
+    except (InvalidVersion, IndexError):
+        return None
+    return (v.major, v.minor)
+
+
+def model_of(loaded: LoadedMatrix, target_id: str) -> Model | None:
+    name = target_id.split(".", 1)[0]
+    return next((m for m in loaded.matrix.models if m.name == name), None)
+
+
+def parity_failures(loaded: LoadedMatrix, numbers: DeviceNumbers) -> list[str]:
+    """Targets whose device outputs disagree with CPU, where the model says that fails them."""
+    out = []
+    for tid, r in sorted(numbers.targets.items()):
+        m = model_of(loaded, tid)
+        if r.status == "parity-failed" and m is not None and m.options.device_parity == "fail":
+            out.append(f"{tid}: {r.reason}")
+    return out
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[str, str],
+          outputs: dict | None) -> DeviceParity:
+    """The device's outputs against CPU on the same inputs, by the thresholds the emulator is held to."""
+    base = {"samples": len(inp.feeds), "inputs": inp.note, "verdict": inp.verdict}
+    got = outputs_in_order(inp, names, outputs)
+    if isinstance(got, str):
+        return DeviceParity(cosine=0.0, snr_db=0.0, max_abs=float("inf"), nan_count=0, passed=False,
+                            failure=f"{r.id}: on the device: {got}", **base)
+    model = loaded.matrix.model(r.model)
+    overall = worst([compare(np.asarray(a), np.asarray(b)) for ref, dev in zip(inp.reference, got)
+                     for a, b in zip(ref, dev)])
+    numbers = {"cosine": round(overall.cosine, 6), "snr_db": round(overall.snr_db, 2),
+               "max_abs": float(f"{overall.max_abs:.4g}"), "nan_count": overall.nan_count}
+    try:
+        v = check(r.id, inp.output_names, inp.reference, got, thresholds_for(model.options, r.precision), None,
+                  r.precision, inp.note, inp.names, inp.argmax or None, model.options.slices or None)
+    except VerifyError as e:
+        return DeviceParity(**numbers, passed=False, failure=f"on the device: {e.message}", **base)
+    return DeviceParity(**numbers, passed=True, worst_output=v.worst_output, **base)
+
+
+def outputs_in_order(inp: DeviceInputs, names: dict[str, str], outputs: dict | None):
+    """Per entry, the device's outputs in the graph's order (by name, else in the order the job returned)."""
+    if not outputs:
+        return "the job returned no outputs"
+    keys = [names.get(n, n) for n in inp.output_names]
+    if not all(k in outputs for k in keys):
+        keys = list(outputs)
+    if len(keys) != len(inp.output_names):
+        return f"{len(outputs)} outputs returned, the graph has {len(inp.output_names)}"
+    if any(len(outputs[k]) != len(inp.feeds) for k in keys):
+        return f"the job returned {len(outputs[keys[0]])} entries for {len(inp.feeds)} inputs"
+    return [[np.asarray(outputs[k][i]) for k in keys] for i in range(len(inp.feeds))]

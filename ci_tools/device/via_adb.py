@@ -1,0 +1,184 @@
+"""``qnn-release device-numbers --via adb``: every target of the phone's chip run on a phone on adb.
+
+What runs is what a QAIRT user runs on a phone (Qualcomm's flow, e.g. LiteRT's ``LITERT_QNN_NATIVE_RUN.md``):
+the SDK's ``bin/aarch64-android/qnn-net-run`` with ``libQnnHtp.so``, ``libQnnSystem.so`` and the Stub of the
+chip's HTP arch (``LD_LIBRARY_PATH``) and its Skel (``ADSP_LIBRARY_PATH``, semicolon-separated, the system's
+DSP folders kept), the same files a release's ``qnn-libs`` holds, from the QAIRT tree given by
+``--qnn-sdk`` (``QNN_SDK_ROOT``), which must be at least the version that built the binary. Inputs are
+written as the binary takes them (``--use_native_input_files``, its dtype and layout, read from it by the
+host's ``qnn-context-binary-utility``), outputs come back float32 in ``out/Result_<i>/<tensor>.raw``.
+``--profiling_level basic`` writes ``qnn-profiling-data_0.log``, which the host's ``qnn-profile-viewer``
+prints as "Init Stats" and "Execute Stats (Average|Min|Max)" blocks of ``NetRun: <n> us`` lines (the form
+third-party parsers of it read, e.g. the QNN tutorials' profile output): the first load and the mean, min
+and max inference time. The chip comes from ``ro.soc.model``: a binary for another chip is refused.
+There is no CPU baseline on this route (no ONNX Runtime on the phone).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ..catalog.socs import Soc
+from ..compile.backends.qairt import BIN, QairtBackend, tensor_io
+from ..compile.records import BuildReport, TargetRecord
+from ..errors import QnnReleaseError
+from ..matrix.schema import LoadedMatrix
+from ..sources.store import default_cache
+from .adb import Adb, AdbFault
+from .common import Settings, judge, major_minor, now, prepared_for
+from .inputs import device_inputs
+from .numbers import Device, DeviceRun, Latency
+from .via_hub import log_path
+
+REMOTE = "/data/local/tmp/qnn-release"
+SYSTEM_DSP = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/system/lib/rfsa/adsp;/dsp"  # where the phone's own DSP libs live
+
+
+def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[TargetRecord], settings: Settings,
+            env: Mapping[str, str]) -> tuple[dict[str, DeviceRun], str | None, list[str]]:
+    runs: dict[str, DeviceRun] = {}
+    try:
+        adb = Adb(settings.serial, log=log_path(out))
+        prop = adb.getprop("ro.soc.model")
+        backend = _sdk(settings, env)
+    except (AdbFault, QnnReleaseError) as f:
+        reason = f.reason if isinstance(f, AdbFault) else str(f)
+        for r in records:
+            runs[r.id] = DeviceRun(via="adb", status="unavailable", reason=reason)
+        return runs, f"no device numbers: {reason}", []
+    try:
+        chip = loaded.catalog.target(loaded.catalog.resolve(prop))
+    except QnnReleaseError:
+        chip = None
+    device = Device(name=f"{adb.getprop('ro.product.model') or 'phone'} (adb {adb.serial})", chipset=prop or None,
+                    hexagon=chip.arch if chip else None, soc_model=chip.soc_model if chip else None)
+    version = backend.sdk_version()
+    for r in records:
+        runs[r.id] = _target(out, loaded, report, r, adb, backend, chip, device, settings)
+    adb.shell(f"rm -rf {REMOTE}")
+    return runs, None, [f"{version} ({backend.root})"]
+
+
+def _sdk(settings: Settings, env: Mapping[str, str]) -> QairtBackend:
+    root = settings.qnn_sdk or env.get("QNN_SDK_ROOT")
+    if not root:
+        raise QnnReleaseError("the adb route needs a QAIRT SDK tree for qnn-net-run and the runtime libraries: "
+                              "--qnn-sdk or QNN_SDK_ROOT")
+    backend = QairtBackend(Path(root))
+    if not (backend.root / "bin" / "aarch64-android" / "qnn-net-run").is_file():
+        raise QnnReleaseError(f"{backend.root}: no bin/aarch64-android/qnn-net-run (is it a QAIRT tree?)")
+    return backend
+
+
+def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, adb: Adb, backend: QairtBackend,
+            chip: Soc | None, device: Device, settings: Settings) -> DeviceRun:
+    def said(status: str, reason: str) -> DeviceRun:
+        return DeviceRun(via="adb", status=status, reason=reason, device=device)
+
+    if chip is None or chip.name != r.soc:
+        seen = chip.name if chip else "not a chip in matrix/socs.yaml"
+        return said("skipped", f"refused: the phone on adb ({adb.serial}) reports ro.soc.model {device.chipset!r} "
+                    f"({seen}); this binary is for {r.soc}")
+    version = backend.sdk_version()
+    if (major_minor(version) or (0, 0)) < (major_minor(r.sdk_version) or (0, 0)):
+        return said("skipped", f"QAIRT {version} at {backend.root} is older than QNN {r.sdk_version}, which built "
+                    "the binary (a runtime older than the build cannot load it)")
+    try:
+        return _run(out, loaded, report, r, adb, backend, chip, device, settings)
+    except AdbFault as f:
+        return said(f.status, f.reason)
+    except QnnReleaseError as e:
+        return said("failed", str(e))
+
+
+def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, adb: Adb, backend: QairtBackend,
+         chip: Soc, device: Device, settings: Settings) -> DeviceRun:
+    prep = prepared_for(report, r)
+    inp = device_inputs(loaded, report, loaded.matrix.model(r.model), prep, default_cache(),
+                        max_entries=settings.max_entries)
+    binary = out / r.id / r.binaries[0]
+    lib = f"{REMOTE}/lib"
+    _push_runtime(adb, backend.root, chip.htp_arch, lib)
+    remote = f"{REMOTE}/{r.id}"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        info = backend.binary_info(binary, tmp_path)
+        ins, outs = tensor_io(info, prep, out / r.id / "logs" / f"{prep.graph}_net.json", r.id)
+        files, lines = [], []
+        for i, feed in enumerate(inp.feeds):
+            for t in ins:
+                files.append(tmp_path / f"in{i}_{t.qnn}.raw")
+                t.to_binary(feed[t.onnx]).tofile(files[-1])
+            lines.append(" ".join(f"{t.qnn}:=in{i}_{t.qnn}.raw" for t in ins))  # relative to the cd below
+        (tmp_path / "input_list.txt").write_text("\n".join(lines) + "\n")
+        adb.push([binary, *files, tmp_path / "input_list.txt"], remote)
+        rc, text = adb.shell(
+            f"cd {remote} && LD_LIBRARY_PATH={lib} ADSP_LIBRARY_PATH=\"{lib};{SYSTEM_DSP}\" {lib}/qnn-net-run "
+            f"--backend libQnnHtp.so --retrieve_context {remote}/{binary.name} --input_list {remote}/input_list.txt "
+            f"--use_native_input_files --output_dir {remote}/out --profiling_level basic",
+            timeout=settings.budget_seconds)
+        if rc:
+            last = [ln for ln in text.splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
+            raise AdbFault("failed", f"qnn-net-run on the phone failed (exit {rc}): {last[0][:300]}")
+        adb.pull(f"{remote}/out", tmp_path / "out")
+        outputs = _outputs(tmp_path / "out", outs, len(inp.feeds), r.id)
+        init_ms, lat = _profile(backend.root, tmp_path / "out" / "qnn-profiling-data_0.log", len(inp.feeds))
+    par = judge(loaded, r, inp, {}, outputs)
+    return DeviceRun(via="adb", status="ok" if par.passed else "parity-failed", reason=par.failure, device=device,
+                     qairt_runtime=backend.sdk_version(), latency=lat, first_load_ms=init_ms, parity=par,
+                     measured=now())
+
+
+def _push_runtime(adb: Adb, root: Path, arch: int, lib: str) -> None:
+    """qnn-net-run and the runtime of one HTP arch, once per run (the files of a release's qnn-libs)."""
+    if getattr(adb, "_pushed", None) == arch:
+        return
+    files = [root / "bin" / "aarch64-android" / "qnn-net-run",
+             *(root / "lib" / "aarch64-android" / n for n in ("libQnnHtp.so", "libQnnSystem.so",
+                                                              f"libQnnHtpV{arch}Stub.so")),
+             root / "lib" / f"hexagon-v{arch}" / "unsigned" / f"libQnnHtpV{arch}Skel.so"]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise AdbFault("unavailable", f"the QAIRT tree has no {', '.join(missing)}")
+    adb.push(files, lib)
+    rc, text = adb.shell(f"chmod 755 {lib}/qnn-net-run")
+    if rc:
+        raise AdbFault("unavailable", f"chmod on the phone failed: {text.strip()[:200]}")
+    adb._pushed = arch
+
+
+def _outputs(folder: Path, outs, entries: int, target: str) -> dict[str, list[np.ndarray]]:
+    got: dict[str, list[np.ndarray]] = {t.onnx: [] for t in outs}
+    for i in range(entries):
+        for t in outs:
+            f = folder / f"Result_{i}" / f"{t.qnn}.raw"
+            if not f.is_file():
+                raise QnnReleaseError(f"{target}: qnn-net-run on the phone wrote no {f.name} for input {i}")
+            got[t.onnx].append(t.from_binary_float(np.fromfile(f, dtype=np.float32)))
+    return got
+
+
+def _profile(root: Path, log: Path, runs: int) -> tuple[float | None, Latency | None]:
+    """(first load ms, inference latency) from qnn-profile-viewer's text."""
+    viewer = root / BIN / "qnn-profile-viewer"
+    if not log.is_file() or not viewer.is_file():
+        return None, None
+    r = subprocess.run([str(viewer), "--input_log", str(log)], capture_output=True, text=True, timeout=300)
+    text = r.stdout
+
+    def netrun(section: str) -> float | None:
+        m = re.search(re.escape(section) + r"(.*?)(?=\n\S[^\n]*Stats|\Z)", text, re.DOTALL)
+        n = re.search(r"NetRun:\s+(\d+)\s*us", m[1]) if m else None
+        return round(int(n[1]) / 1000.0, 3) if n else None
+
+    init, mean, low, high = (netrun(s) for s in ("Init Stats:", "Execute Stats (Average):", "Execute Stats (Min):",
+                                                 "Execute Stats (Max):"))
+    if mean is None:
+        return init, None
+    return init, Latency(median_ms=mean, min_ms=low or mean, max_ms=high or mean, runs=runs, statistic="mean")
