@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -77,17 +78,56 @@ def built(tmp_path_factory):
     return {"repo": repo, "matrix": matrix, "out": out, "cache": cache, "env": env}
 
 
+def _bare(ctx: Path, into: Path) -> Path:
+    """The binary alone, as a device service runs it: only the EPContext node, whose inputs and outputs (the
+    binary's own names and types) are the model's; the .bin beside it."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(ctx), load_external_data=False)
+    node = next(n for n in m.graph.node if n.op_type == "EPContext")
+    types = {v.name: v for v in [*m.graph.input, *m.graph.output, *m.graph.value_info]}
+    graph = helper.make_graph([node], "bin", [types[i] for i in node.input if i], [types[o] for o in node.output])
+    bare = helper.make_model(graph, opset_imports=list(m.opset_import), ir_version=m.ir_version)
+    into.mkdir(parents=True, exist_ok=True)
+    for f in ctx.parent.glob("*.bin"):
+        if not (into / f.name).exists():
+            (into / f.name).symlink_to(f)
+    onnx.save(bare, str(into / ctx.name))
+    return into / ctx.name
+
+
+def _check_feed(model_inputs: dict[str, np.dtype], inputs: dict) -> None:
+    """A device refuses inputs that are not the binary's (names and dtypes): AI Hub's INVALID_INPUTS."""
+    from qai_hub import public_api_pb2 as pb
+
+    if set(inputs) != set(model_inputs):
+        raise JobFailure(f"inputs {sorted(inputs)}, the binary takes {sorted(model_inputs)}",
+                         pb.JobFailureType.JOB_FAILURE_TYPE_INVALID_INPUTS)
+    for name, arrays in inputs.items():
+        if any(np.asarray(a).dtype != model_inputs[name] for a in arrays):
+            raise JobFailure(f"input {name} is {np.asarray(arrays[0]).dtype}, the binary takes {model_inputs[name]}",
+                             pb.JobFailureType.JOB_FAILURE_TYPE_INVALID_INPUTS)
+
+
 def _phone(built, garbage: bool = False):
-    """The stand-in's device: an uploaded context binary runs on the HTP emulator (the binary the build wrote,
-    found by its bytes), an ONNX model on ONNX Runtime's CPU; ``garbage``: the NPU returns HTP's -98304."""
+    """The stand-in's device: an uploaded context binary runs by itself on the HTP emulator (found by its bytes:
+    the binary the build wrote), on the binary's own inputs; an ONNX model on ONNX Runtime's CPU.
+    ``garbage``: the NPU returns HTP's -98304."""
+    import onnx
+
     by_sha = {}
     for t in json.loads((built["out"] / "build-report.json").read_text())["targets"]:
         folder = built["out"] / t["id"]
-        by_sha[sha256_file(folder / t["binaries"][0])] = (folder / t["context_onnx"], t["soc"])
+        bare = _bare(folder / t["context_onnx"], built["repo"] / "bare" / t["id"])
+        node_in = {i.name: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+                   for i in onnx.load(str(bare)).graph.input}
+        by_sha[sha256_file(folder / t["binaries"][0])] = (bare, t["soc"], node_in)
     socs = {"SM8750": (69, 79), "QCS9100": (77, 73), "SM8650": (57, 75)}
 
     def run(data: bytes, model_type: int, inputs: dict, device: str, options: str) -> dict:
         import hashlib
+        import tempfile
 
         from qai_hub import public_api_pb2 as pb
 
@@ -95,14 +135,16 @@ def _phone(built, garbage: bool = False):
             from tests.fake_aihub import onnx_cpu_runner
 
             return onnx_cpu_runner(data, model_type, inputs, device, options)
-        ctx, soc = by_sha[hashlib.sha256(data).hexdigest()]
-        src, dst = built["repo"] / f"in-{os.getpid()}.npz", built["repo"] / f"out-{os.getpid()}.npz"
-        np.savez(src, **{k: np.stack(v) for k, v in inputs.items()})
-        r = subprocess.run([sys.executable, "-c", EMULATE, str(ctx), *map(str, socs[soc]), str(src), str(dst)],
-                           capture_output=True, text=True, env=built["env"])
-        if r.returncode:
-            raise JobFailure(f"the binary did not run: {r.stderr.strip().splitlines()[-1:]}")
-        got = dict(np.load(dst))
+        bare, soc, takes = by_sha[hashlib.sha256(data).hexdigest()]
+        _check_feed(takes, inputs)
+        with tempfile.TemporaryDirectory() as tmp:  # jobs run side by side: each its own files
+            src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+            np.savez(src, **{k: np.stack(v) for k, v in inputs.items()})
+            r = subprocess.run([sys.executable, "-c", EMULATE, str(bare), *map(str, socs[soc]), str(src), str(dst)],
+                               capture_output=True, text=True, env=built["env"])
+            if r.returncode:
+                raise JobFailure(f"the binary did not run: {r.stderr.strip().splitlines()[-1:]}")
+            got = dict(np.load(dst))
         return {k: [np.full_like(a, -98304.0) if garbage else a for a in v] for k, v in got.items()}
 
     return run
@@ -138,6 +180,7 @@ def test_every_chip_with_a_device_gets_its_numbers_and_the_rest_say_why(built, m
     with _hub(built) as hub:
         code, text, numbers = _measure(built, hub, monkeypatch, capsys)
         jobs = hub.calls("POST", r"jobs/$")
+        order = [(q.method, q.path) for q in hub.requests if "/jobs/" in q.path]
     assert code == 0, text
     runs = {k.split(".")[2]: v for k, v in numbers["targets"].items()}
     s25, iq, none = runs["sm8750"], runs["qcs9100"], runs["sm8650"]
@@ -162,7 +205,9 @@ def test_every_chip_with_a_device_gets_its_numbers_and_the_rest_say_why(built, m
     assert s25["speedup_vs_cpu"] == pytest.approx(s25["cpu"]["latency"]["median_ms"] / s25["latency"]["median_ms"],
                                                   rel=0.01)
     assert s25["job_url"] and s25["job_id"]
-    assert len(jobs) == 4  # two NPU jobs and one CPU job per device: all submitted before any wait
+    assert len(jobs) == 4  # two NPU jobs and one CPU job per device, all submitted before the first poll
+    first_poll = next(i for i, (method, path) in enumerate(order) if method == "GET")
+    assert all(method == "POST" for method, _ in order[:first_poll]) and first_poll == 4
     assert "2 of 3 targets measured" in text and hub.token not in text
     assert hub.token not in (built["out"] / "device-numbers.json").read_text()
     assert hub.token not in (built["out"] / "logs" / "device-numbers.log").read_text()
@@ -371,3 +416,89 @@ def test_an_older_runtime_than_the_build_is_refused_and_a_wrong_skel_fails_on_th
         assert runs["sm8750"]["status"] == "failed" and "Stub lib id mismatch" in runs["sm8750"]["reason"]
     finally:
         skel.write_bytes(good)
+
+
+def test_a_quantized_binary_gets_its_own_inputs_and_its_outputs_are_dequantized_by_the_stub(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """AI Hub runs the raw .bin: a qairt w8a16 binary takes uint16 in its own names and gives uint16 back; the
+    stub's QuantizeLinear and DequantizeLinear convert around it (the phone here refuses anything else)."""
+    from ci_tools.compile.backends.qairt import QNN_DTYPES, QairtBackend
+    from tests.fake_qairt import make_fake_sdk
+
+    sdk = make_fake_sdk(tmp_path / "sdk")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "samples").mkdir()
+    for i in range(2):
+        np.savez(tmp_path / "samples" / f"s{i}.npz",
+                 x=np.random.default_rng(i).standard_normal((1, 32)).astype(np.float32))
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"], precisions=["w8a16"],
+                                                calibration={"path": "samples"})])
+    env = {**os.environ, "QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable,
+           "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "dist"
+    r = run_cli("build", "--backend", "qairt", "--matrix", str(matrix), "--out", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (target,) = json.loads((out / "build-report.json").read_text())["targets"]
+    binary = out / target["id"] / target["binaries"][0]
+
+    def phone(data, model_type, inputs, device, options):  # the .bin itself, by the SDK's qnn-net-run
+        from qai_hub import public_api_pb2 as pb
+
+        if model_type == pb.MODEL_TYPE_ONNX:
+            from tests.fake_aihub import onnx_cpu_runner
+
+            return onnx_cpu_runner(data, model_type, inputs, device, options)
+        work = tmp_path / f"phone-{len(list(tmp_path.glob('phone-*')))}"
+        work.mkdir()
+        info = QairtBackend(sdk).binary_info(binary, work)["graphs"][0]["info"]
+        takes = {t["info"]["name"]: np.dtype(QNN_DTYPES[t["info"]["dataType"]]) for t in info["graphInputs"]}
+        _check_feed(takes, inputs)
+        n = len(next(iter(inputs.values())))
+        lines = []
+        for i in range(n):
+            for name, arrays in inputs.items():
+                arrays[i].tofile(work / f"{name}{i}.raw")
+            lines.append(" ".join(f"{name}:={work / f'{name}{i}.raw'}" for name in inputs))
+        (work / "list.txt").write_text("\n".join(lines) + "\n")
+        subprocess.run([str(sdk / "bin" / "x86_64-linux-clang" / "qnn-net-run"), "--backend",
+                        str(sdk / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"), "--retrieve_context", str(binary),
+                        "--input_list", str(work / "list.txt"), "--use_native_input_files",
+                        "--use_native_output_files", "--output_dir", str(work / "out")], check=True, env=env)
+        return {t["info"]["name"]: [np.fromfile(work / "out" / f"Result_{i}" / f"{t['info']['name']}.raw",
+                                                dtype=QNN_DTYPES[t["info"]["dataType"]]).reshape(
+                                                    t["info"]["dimensions"]) for i in range(n)]
+                for t in info["graphOutputs"]}
+
+    with FakeAIHub(frameworks=FRAMEWORKS[:1] + [{"name": "QAIRT", "api_version": "2.40",
+                                                 "full_version": "2.40.0.251030114326_189385", "api_tags": []}],
+                   runner=phone) as hub:
+        monkeypatch.setenv("QNN_RELEASE_CACHE", env["QNN_RELEASE_CACHE"])
+        monkeypatch.setenv("QAI_HUB_API_TOKEN", hub.token)
+        monkeypatch.setenv("QAI_HUB_API_URL", hub.url)
+        code = main(["device-numbers", str(out), "--poll-seconds", "0"])
+        text = capsys.readouterr().out
+        uploaded = [hub.dataset_entries(d) for d in hub.datasets]
+    run = json.loads((out / "device-numbers.json").read_text())["targets"][target["id"]]
+    assert code == 0 and run["status"] == "ok", (text, run["reason"])
+    assert run["qairt_runtime"].startswith("2.40") and run["parity"]["passed"]
+    assert run["parity"]["cosine"] > 0.99 and run["parity"]["samples"] == 2
+    assert any(set(e) == {"x"} and e["x"][0].dtype == np.uint16 for e in uploaded)  # the binary's own input
+
+
+def test_numbers_of_another_binary_are_left_out_of_the_release(built, monkeypatch, capsys):
+    with _hub(built) as hub:
+        assert _measure(built, hub, monkeypatch, capsys, "--soc", "SM8750")[0] == 0
+    path = built["out"] / "device-numbers.json"
+    data = json.loads(path.read_text())
+    (tid,) = data["targets"]
+    data["targets"][tid]["binary_sha256"] = "0" * 64  # measured before the binary was compiled again
+    path.write_text(json.dumps(data))
+    try:
+        r = _package(built)
+        assert r.returncode == 0, r.stderr
+        manifest = json.loads((built["out"] / "release" / "manifest.json").read_text())
+        assert "1 target(s) measured another binary than this release's: left out" in manifest["device_numbers"]
+        assert _metadata(built, "SM8750")["on_device"] is None
+    finally:
+        path.unlink()

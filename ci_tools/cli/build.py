@@ -83,7 +83,8 @@ def _package_args(p) -> None:
     p.add_argument("--require-verified", action="store_true",
                    help="refuse targets that were never run on the HTP emulator (the release workflow sets it)")
     p.add_argument("--device-numbers", type=Path,
-                   help='numbers measured on devices, JSON {"model/SOC/precision": {...}}, into metadata.json')
+                   help="device-numbers.json of `qnn-release device-numbers` (default: the one in --out, if any), "
+                        "into metadata.json, the manifest, the notes and the page")
 
 
 def register(sub, matrix_arg, target_filters) -> None:

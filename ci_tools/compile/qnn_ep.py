@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BackendUnavailable, CompileError
+from ..errors import BackendUnavailable, CompileError, PackageError
 from ..util.quiet import redirect_fds
 from .ep_log import log_errors, qnn_error_hint, unsupported_from_log
 
@@ -227,3 +227,21 @@ def stub_io_names(ctx: Path, prep) -> dict[str, str]:
     props = {p.key: p.value for p in onnx.load(str(ctx), load_external_data=False).metadata_props}
     names = json.loads(props.get("qnn_release.io_names", "{}"))
     return {t.name: names.get(t.name, t.name) for t in [*prep.inputs, *prep.outputs]}
+
+
+def compiled_for(ctx: Path) -> dict:
+    """What a stub says its binary was compiled for: route, SDK version, HTP arch, soc_model."""
+    import onnx
+
+    m = onnx.load(str(ctx), load_external_data=False)
+    props = {p.key: p.value for p in m.metadata_props}
+    sdk = next((a.s.decode() for n in m.graph.node if n.op_type == "EPContext"
+                for a in n.attribute if a.name == "ep_sdk_version"), "")
+    if COMPAT_KEY in props:
+        info = read_compat(ctx)
+        return {"route": "ort", "sdk": (info.sdk_version or info.qnn_version).lstrip("v"),
+                "htp_arch": info.htp_arch, "soc_model": info.soc_model}
+    if "qnn_release.route" in props:
+        return {"route": props["qnn_release.route"], "sdk": sdk.lstrip("v"),
+                "htp_arch": int(props["qnn_release.htp_arch"]), "soc_model": int(props["qnn_release.soc_model"])}
+    raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import QnnReleaseError
 from ..util.files import write_json
 
 TARGET_FILE = "target.json"
@@ -194,6 +195,16 @@ class BuildReport:
             "sdk_version": self.sdk_version, "started": self.started, "status": self.status,
             "timings": self.timings, "work": self.work, "prepared": self.prepared,
             "targets": [r.to_json() for r in self.records], "refused": self.refused, "exports": self.exports})
+
+    @classmethod
+    def load(cls, path: Path, error: type[QnnReleaseError]) -> BuildReport:
+        """``read``, with a missing or unreadable report as one line of ``error``."""
+        try:
+            return cls.read(path)
+        except FileNotFoundError:
+            raise error(f"{path}: no build report", hint="run `qnn-release build` first") from None
+        except (OSError, ValueError, TypeError) as e:
+            raise error(f"{path}: not valid JSON: {e}") from None
 
     @classmethod
     def read(cls, path: Path) -> BuildReport:

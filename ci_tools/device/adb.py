@@ -35,7 +35,9 @@ class Adb:
         cmd = [self.exe, *(["-s", self.serial] if getattr(self, "serial", None) else []), *args]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as e:
+        except subprocess.TimeoutExpired:
+            raise AdbFault("timeout", f"adb {args[0]}: no answer within {timeout:.0f} s") from None
+        except OSError as e:
             raise AdbFault("unavailable", f"adb {args[0]}: {type(e).__name__}: {e}") from None
         if self.log:
             with open(self.log, "a") as f:

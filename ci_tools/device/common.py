@@ -36,12 +36,7 @@ class NoRuntime(QnnReleaseError):
 
 
 def read_report(path: Path) -> BuildReport:
-    try:
-        return BuildReport.read(path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no build report", hint="run `qnn-release build` first") from None
-    except (OSError, ValueError, TypeError) as e:
-        raise UsageError(f"{path}: not a build report: {e}") from None
+    return BuildReport.load(path, UsageError)
 
 
 def select_targets(loaded: LoadedMatrix, report: BuildReport, soc, model) -> list[TargetRecord]:
@@ -72,6 +67,14 @@ def major_minor(version: str | None) -> tuple[int, int] | None:
     except (InvalidVersion, IndexError):
         return None
     return (v.major, v.minor)
+
+
+def triple(version: str | None) -> tuple[int, int, int] | None:
+    """major.minor.patch of a QNN/QAIRT version ("2.45.40.251225135753_193295" -> (2, 45, 40))."""
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", (version or "").strip())
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
 def model_of(loaded: LoadedMatrix, target_id: str) -> Model | None:
@@ -111,7 +114,9 @@ def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[
                   r.precision, inp.note, inp.names, inp.argmax or None, model.options.slices or None)
     except VerifyError as e:
         return DeviceParity(**numbers, passed=False, failure=f"on the device: {e.message}", **base)
-    return DeviceParity(**numbers, passed=True, worst_output=v.worst_output, **base)
+    p = v.parity  # the numbers the judge passed it on (per output, over the samples), as the emulator's are kept
+    return DeviceParity(cosine=round(p.cosine, 6), snr_db=round(p.snr_db, 2), max_abs=float(f"{p.max_abs:.4g}"),
+                        nan_count=p.nan_count, passed=True, worst_output=v.worst_output, **base)
 
 
 def outputs_in_order(inp: DeviceInputs, names: dict[str, str], outputs: dict | None):

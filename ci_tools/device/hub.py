@@ -15,14 +15,18 @@ least the QAIRT that built the binary (section 5); the profile's times are µs a
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import statistics
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..errors import UsageError
 from .numbers import CpuBaseline, Device, Latency, Placement
 
 DEFAULT_URL = "https://workbench.aihub.qualcomm.com"
@@ -46,50 +50,74 @@ class JobState:
 
 
 def one_line(text: str) -> str:
-    """The client's messages come in text boxes over several lines: one line of what they say."""
-    parts = [re.sub(r"^[\s|│┃║─━═+*#-]+|[\s|│┃║─━═+*#-]+$", "", ln) for ln in str(text).splitlines()]
+    """The client's messages come in text boxes over several lines (box-drawing characters): one line of what
+    they say, without the box."""
+    parts = [re.sub(r"[\u2500-\u257f]+", " ", ln) for ln in str(text).splitlines()]
+    parts = [re.sub(r"^[\s|+*#-]+|[\s|+*#-]+$", "", re.sub(r"\s+", " ", p)) for p in parts]
     return " ".join(p for p in parts if p)[:400] or type(text).__name__
 
 
 class Hub:
     """One AI Hub session; every call goes through ``call`` (quiet, faults as ``HubFault``)."""
 
-    def __init__(self, token: str, api_url: str = DEFAULT_URL, log: Path | None = None):
-        from qai_hub.client import Client, ClientConfig
+    def __init__(self, token: str, api_url: str = DEFAULT_URL, log: Path | None = None, deadline: float | None = None):
+        try:
+            from qai_hub.client import Client, ClientConfig
+        except ImportError:
+            raise UsageError("device numbers through AI Hub need its client: pip install 'qnn-release[hub]'",
+                             hint="or run without QAI_HUB_API_TOKEN to record \"no device numbers\"") from None
 
         self.token = token
         self.api_url = api_url.rstrip("/")
         self.config = ClientConfig(api_token=token, api_url=self.api_url, web_url=self.api_url)
         self.client = Client(config=self.config)
         self.log = log
+        self.deadline = deadline  # time.monotonic() by which every call must have answered
         self._uploads: dict[tuple[str, str], Any] = {}
 
     def scrub(self, text: str) -> str:
         return text.replace(self.token, "***") if self.token else text
 
     def call(self, what: str, fn, *args, **kwargs):
+        """``fn`` quietly, within the run's budget (the client retries 429/5xx itself, honouring Retry-After:
+        a call that outlives the budget is left behind, recorded as a timeout)."""
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # handed to the caller's thread below
+                box["error"] = e
+
+        sink = open(self.log, "a") if self.log else open(os.devnull, "w")
+        worker = threading.Thread(target=work, daemon=True)
+        with sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            worker.start()
+            worker.join(None if self.deadline is None else max(0.0, self.deadline - time.monotonic()))
+        if worker.is_alive():
+            raise HubFault("timeout", f"{what}: no answer from AI Hub within the budget")
+        if "error" in box:
+            raise self._fault(what, box["error"]) from None
+        return box["value"]
+
+    def _fault(self, what: str, e: BaseException) -> BaseException:
+        from qai_hub.api_utils import APIException
         from qai_hub.client import InternalError, RateLimitedError, UserError
 
-        sink = open(self.log, "a") if self.log else open("/dev/null", "w")
-        try:
-            with sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                return fn(*args, **kwargs)
-        except RateLimitedError as e:
-            raise HubFault("unavailable", f"{what}: AI Hub rate-limited the request (429): "
-                           f"{self.scrub(one_line(e))}") from None
-        except UserError as e:
-            msg = self.scrub(one_line(e))
-            if "authenticate" in msg.lower() or "api token" in msg.lower():
-                raise HubFault("unavailable", f"{what}: AI Hub refused the token (401): set {TOKEN_ENV} to a "
-                               "valid API token (AI Hub, Account settings)") from None
-            if "upgrade" in msg.lower():
-                raise HubFault("unavailable", f"{what}: AI Hub refused this client as too old (426): {msg}") \
-                    from None
-            raise HubFault("failed", f"{what}: AI Hub refused it: {msg}") from None
-        except InternalError as e:
-            raise HubFault("unavailable", f"{what}: AI Hub unavailable: {self.scrub(one_line(e))}") from None
-        except (OSError, ValueError) as e:  # the client's own ValueError for a job it could not create
-            raise HubFault("unavailable", f"{what}: {type(e).__name__}: {self.scrub(one_line(e))}") from None
+        msg = self.scrub(one_line(e))
+        if isinstance(e, RateLimitedError):
+            return HubFault("unavailable", f"{what}: AI Hub rate-limited the request (429): {msg}")
+        if isinstance(e, UserError):
+            low = msg.lower()
+            if "authenticate" in low or "api token" in low:
+                return HubFault("unavailable", f"{what}: AI Hub refused the token (401): set {TOKEN_ENV} to a valid "
+                                "API token (AI Hub, Account settings)")
+            if "upgrade" in low or "426" in low or "client version" in low:
+                return HubFault("unavailable", f"{what}: AI Hub refused this client as too old (426): {msg}")
+            return HubFault("failed", f"{what}: AI Hub refused it: {msg}")
+        if isinstance(e, (InternalError, APIException, OSError, ValueError)):
+            return HubFault("unavailable", f"{what}: AI Hub unavailable: {type(e).__name__}: {msg}")
+        return e
 
     # -- what the service offers ------------------------------------------------------------------
 
@@ -99,11 +127,10 @@ class Hub:
         return [(f.api_version, f.full_version, list(f.api_tags)) for f in fws
                 if f.name.upper() in ("QAIRT", "QNN")]
 
-    def device(self, chipset: str):
-        """The device AI Hub picks for a chipset (one that runs QNN context binaries), or None."""
+    def devices(self, chipset: str) -> list:
+        """AI Hub's devices of a chipset that run QNN context binaries (``framework:qnn``)."""
         found = self.call(f"devices chipset:{chipset}", self.client.get_devices, attributes=[f"chipset:{chipset}"])
-        usable = [d for d in found if "framework:qnn" in d.attributes]
-        return usable[0] if usable else None
+        return [d for d in found if "framework:qnn" in d.attributes]
 
     # -- uploads and jobs ---------------------------------------------------------------------------
 

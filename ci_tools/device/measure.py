@@ -15,8 +15,9 @@ from pathlib import Path
 
 from ..compile.records import REPORT
 from ..matrix.schema import load_matrix
+from ..sources.store import sha256_file
 from .common import Settings, now, parity_failures, read_report, select_targets
-from .numbers import FILE, DeviceNumbers
+from .numbers import FILE, DeviceNumbers, DeviceRun
 
 __all__ = ["Settings", "device_numbers", "parity_failures"]  # the entry point and what callers need with it
 
@@ -34,7 +35,14 @@ def device_numbers(out: Path, *, via: str = "ai-hub", soc: list[str] | None = No
         from .via_adb import measure
     else:
         from .via_hub import measure
-    runs, note, runtimes = measure(out, loaded, report, records, settings, env)
-    numbers = DeviceNumbers(via=via, created=now(), note=note, targets=runs, runtimes=runtimes)
-    numbers.write(out / FILE)
+    runs: dict[str, DeviceRun] = {}
+    note, runtimes = "stopped before every target was measured (interrupted, or an internal error)", []
+    try:
+        note, runtimes = measure(out, loaded, report, records, settings, env, runs)
+    finally:  # stopped or not, what was measured is written, and every other target says why it has nothing
+        for r in records:
+            run = runs.get(r.id) or DeviceRun(via=via, status="timeout", reason="not measured: the run was stopped")
+            runs[r.id] = run.model_copy(update={"binary_sha256": sha256_file(out / r.id / r.binaries[0])})
+        numbers = DeviceNumbers(via=via, created=now(), note=note, targets=runs, runtimes=runtimes)
+        numbers.write(out / FILE)
     return numbers

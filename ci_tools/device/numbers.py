@@ -94,6 +94,8 @@ class DeviceRun(_M):
     job_id: str | None = None
     job_url: str | None = None
     measured: str | None = Field(default=None, description="when (UTC, ISO 8601)")
+    binary_sha256: str | None = Field(default=None, description="the context binary measured (package uses a run "
+                                      "only for the binary it measured)")
 
     @property
     def measured_ok(self) -> bool:

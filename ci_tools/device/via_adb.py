@@ -41,28 +41,46 @@ SYSTEM_DSP = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/system/lib/rfsa/adsp;/dsp"
 
 
 def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[TargetRecord], settings: Settings,
-            env: Mapping[str, str]) -> tuple[dict[str, DeviceRun], str | None, list[str]]:
-    runs: dict[str, DeviceRun] = {}
+            env: Mapping[str, str], runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
+    """Every target of the phone's chip, into ``runs``: (a note for the whole run, the runtime used)."""
     try:
         adb = Adb(settings.serial, log=log_path(out))
-        prop = adb.getprop("ro.soc.model")
+        prop, chip = _chip(adb, loaded)
+        product = adb.getprop("ro.product.model") or "phone"
         backend = _sdk(settings, env)
     except (AdbFault, QnnReleaseError) as f:
         reason = f.reason if isinstance(f, AdbFault) else str(f)
         for r in records:
             runs[r.id] = DeviceRun(via="adb", status="unavailable", reason=reason)
-        return runs, f"no device numbers: {reason}", []
-    try:
-        chip = loaded.catalog.target(loaded.catalog.resolve(prop))
-    except QnnReleaseError:
-        chip = None
-    device = Device(name=f"{adb.getprop('ro.product.model') or 'phone'} (adb {adb.serial})", chipset=prop or None,
+        return f"no device numbers: {reason}", []
+    device = Device(name=f"{product} (adb {adb.serial})", chipset=prop or None,
                     hexagon=chip.arch if chip else None, soc_model=chip.soc_model if chip else None)
     version = backend.sdk_version()
     for r in records:
         runs[r.id] = _target(out, loaded, report, r, adb, backend, chip, device, settings)
-    adb.shell(f"rm -rf {REMOTE}")
-    return runs, None, [f"{version} ({backend.root})"]
+    try:
+        adb.shell(f"rm -rf {REMOTE}")
+    except AdbFault:
+        pass  # the numbers stand; the phone keeps a folder in /data/local/tmp
+    return None, [f"{version} ({backend.root})"]
+
+
+def _chip(adb: Adb, loaded: LoadedMatrix) -> tuple[str, Soc | None]:
+    """The phone's chip: ``ro.soc.model`` (Android 12+), else the kernel's ``/sys/devices/soc0/soc_id`` as the
+    catalog knows it (``soc_id:<n>``); None when the catalog knows neither."""
+    prop = adb.getprop("ro.soc.model")
+    spellings = [prop] if prop else []
+    if not prop:
+        rc, text = adb.shell("cat /sys/devices/soc0/soc_id")
+        if rc == 0 and text.strip().isdigit():
+            prop = f"soc_id:{text.strip()}"
+            spellings.append(prop)
+    for s in spellings:
+        try:
+            return prop, loaded.catalog.target(loaded.catalog.resolve(s))
+        except QnnReleaseError:
+            continue
+    return prop, None
 
 
 def _sdk(settings: Settings, env: Mapping[str, str]) -> QairtBackend:
@@ -115,7 +133,8 @@ def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, 
             for t in ins:
                 files.append(tmp_path / f"in{i}_{t.qnn}.raw")
                 t.to_binary(feed[t.onnx]).tofile(files[-1])
-            lines.append(" ".join(f"{t.qnn}:=in{i}_{t.qnn}.raw" for t in ins))  # relative to the cd below
+            # relative to the folder qnn-net-run runs in (the `cd` below), as the SDK tutorials' input lists are
+            lines.append(" ".join(f"{t.qnn}:=in{i}_{t.qnn}.raw" for t in ins))
         (tmp_path / "input_list.txt").write_text("\n".join(lines) + "\n")
         adb.push([binary, *files, tmp_path / "input_list.txt"], remote)
         rc, text = adb.shell(
@@ -169,8 +188,11 @@ def _profile(root: Path, log: Path, runs: int) -> tuple[float | None, Latency | 
     viewer = root / BIN / "qnn-profile-viewer"
     if not log.is_file() or not viewer.is_file():
         return None, None
-    r = subprocess.run([str(viewer), "--input_log", str(log)], capture_output=True, text=True, timeout=300)
-    text = r.stdout
+    try:
+        text = subprocess.run([str(viewer), "--input_log", str(log)], capture_output=True, text=True,
+                              timeout=300).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None  # the outputs and their parity stand without timings
 
     def netrun(section: str) -> float | None:
         m = re.search(re.escape(section) + r"(.*?)(?=\n\S[^\n]*Stats|\Z)", text, re.DOTALL)

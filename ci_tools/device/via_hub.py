@@ -17,13 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..catalog.socs import Soc
 from ..compile import qnn_ep
 from ..compile.records import BuildReport, TargetRecord
 from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache, sha256_file
-from .common import NoRuntime, Settings, judge, major_minor, now, prepared_for
+from .binary_io import BinaryIO
+from .common import NoRuntime, Settings, judge, major_minor, now, prepared_for, triple
 from .hub import (
     DEFAULT_URL,
     TOKEN_ENV,
@@ -40,6 +43,7 @@ from .inputs import DeviceInputs, device_inputs
 from .numbers import DeviceRun
 
 PROFILE_ITERATIONS = 100  # AI Hub's default; with inputs, it runs iterations / entries times over them
+COLLECT_SECONDS = 300.0  # after the budget: downloading the finished jobs' profiles and outputs
 
 
 @dataclass(kw_only=True)
@@ -50,7 +54,8 @@ class _Job:
     stands_in_for: str | None
     qairt: str
     inputs: DeviceInputs
-    names: dict[str, str]  # ONNX name -> the binary's name
+    io: BinaryIO  # what the binary itself takes and gives (the stub's conversion around it)
+    names: dict[str, str]  # ONNX name -> the stub's name (qairt: `<name>_dq` where the binary has the name)
     npu: object = None  # the client's InferenceJob
     cpu: object = None
 
@@ -61,8 +66,9 @@ class _Run:
     loaded: LoadedMatrix
     report: BuildReport
     settings: Settings
+    runs: dict[str, DeviceRun]
     hub: Hub | None = None
-    runs: dict[str, DeviceRun] = field(default_factory=dict)
+    deadline: float = float("inf")
     jobs: list[_Job] = field(default_factory=list)
     runtimes: list[tuple[str, str, list[str]]] = field(default_factory=list)
     _devices: dict[str, tuple] = field(default_factory=dict)
@@ -74,19 +80,21 @@ class _Run:
 
 
 def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[TargetRecord], settings: Settings,
-            env: Mapping[str, str]) -> tuple[dict[str, DeviceRun], str | None, list[str]]:
-    """Every target through AI Hub: (runs by target id, a note for the whole run, the runtimes offered)."""
-    run = _Run(out, loaded, report, settings)
+            env: Mapping[str, str], runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
+    """Every target through AI Hub, into ``runs`` (target id -> run, filled as they end: the caller writes what
+    there is if the run is stopped): (a note for the whole run, the runtimes offered)."""
+    run = _Run(out, loaded, report, settings, runs)
     token = env.get(TOKEN_ENV, "").strip()
     if not token:
         note = (f"no device numbers: {TOKEN_ENV} is not set (a fork's pull request, or a repository without "
                 "the secret)")
         for r in records:
             run.record(r, "skipped", note)
-        return run.runs, note, []
-    run.hub = Hub(token, env.get(URL_ENV) or DEFAULT_URL, log=log_path(out))
+        return note, []
+    run.deadline = time.monotonic() + settings.budget_seconds  # uploads, submissions and waiting, all of it
+    run.hub = Hub(token, env.get(URL_ENV) or DEFAULT_URL, log=log_path(out), deadline=run.deadline)
     note = _measure(run, records)
-    return run.runs, note, [f"{v} ({full})" for v, full, _ in run.runtimes]
+    return note, [f"{v} ({full})" for v, full, _ in run.runtimes]
 
 
 def _measure(run: _Run, records: list[TargetRecord]) -> str | None:
@@ -101,6 +109,7 @@ def _measure(run: _Run, records: list[TargetRecord]) -> str | None:
     for job in run.jobs:
         _submit(run, job)
     _wait(run)
+    run.hub.deadline = time.monotonic() + COLLECT_SECONDS  # finished jobs' results, past the budget if need be
     for job in run.jobs:
         if job.record.id not in run.runs:
             _collect(run, job)
@@ -112,8 +121,10 @@ def _measure(run: _Run, records: list[TargetRecord]) -> str | None:
 
 def _plan(run: _Run, r: TargetRecord) -> None:
     soc = run.loaded.catalog.get(r.soc)
+    ctx = run.out / r.id / r.context_onnx
     try:
-        device, stands_in = _device(run, soc)
+        built = qnn_ep.compiled_for(ctx)  # the binary's own HTP arch and soc_model, from its stub
+        device, stands_in = _device(run, soc, f"v{built['htp_arch']}", int(built["soc_model"]))
         if device is None:
             run.record(r, "no-device", stands_in)
             return
@@ -123,53 +134,58 @@ def _plan(run: _Run, r: TargetRecord) -> None:
         if key not in run._inputs:
             run._inputs[key] = device_inputs(run.loaded, run.report, run.loaded.matrix.model(r.model), prep,
                                              default_cache(), max_entries=run.settings.max_entries)
-        ctx = run.out / r.id / r.context_onnx
         run.jobs.append(_Job(record=r, soc=soc, device=device, stands_in_for=stands_in, qairt=qairt,
-                             inputs=run._inputs[key], names=qnn_ep.stub_io_names(ctx, prep)))
+                             inputs=run._inputs[key], io=BinaryIO(ctx), names=qnn_ep.stub_io_names(ctx, prep)))
     except HubFault as f:
         run.record(r, f.status, f.reason)
     except QnnReleaseError as e:
         run.record(r, "skipped" if isinstance(e, NoRuntime) else "failed", str(e))
 
 
-def _device(run: _Run, soc: Soc) -> tuple[object | None, str | None]:
-    """AI Hub's device for the chip (and the chip it stands in for), or None and why not."""
-    if soc.name in run._devices:
-        return run._devices[soc.name]
-    chipsets = run.loaded.catalog.hub_chipsets(soc)
+def _device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[object | None, str | None]:
+    """AI Hub's device for the binary (and the chip it stands in for), or None and why not: the first device of
+    the chip's chipsets whose hexagon: and soc-model: are the binary's."""
+    key = f"{soc.name}/{arch}/{soc_model}"
+    if key in run._devices:
+        return run._devices[key]
     found: tuple = (None, f"{soc.name}: no AI Hub chipset in matrix/socs.yaml (aihub) runs this chip's build")
-    missing = []
-    for chipset, named in chipsets:
-        dev = run.hub.device(chipset)
-        if dev is None:
+    missing, other = [], []
+    for chipset, named in run.loaded.catalog.hub_chipsets(soc):
+        devices = run.hub.devices(chipset)
+        if not devices:
             missing.append(f"chipset:{chipset}")
-            found = (None, f"{soc.name}: AI Hub has no device that runs QNN for {' or '.join(missing)}")
-            continue
-        info = device_info(dev)
-        if info.hexagon != soc.arch or info.soc_model != soc.soc_model:
-            found = (None, f"{soc.name}: AI Hub's {dev.name} (chipset:{chipset}) reports hexagon:{info.hexagon} "
-                     f"soc-model:{info.soc_model}; the binary is for {soc.arch}, soc_model {soc.soc_model}")
-            continue
-        found = (dev, None if named.name == soc.name else named.name)
-        break
-    run._devices[soc.name] = found
+        for dev in devices:
+            info = device_info(dev)
+            if (info.hexagon, info.soc_model) == (arch, soc_model):
+                found = (dev, None if named.name == soc.name else named.name)
+                break
+            other.append(f"{dev.name} (hexagon:{info.hexagon} soc-model:{info.soc_model})")
+        if found[0] is not None:
+            break
+        found = (None, f"{soc.name}: " + (f"AI Hub's {', '.join(other)} do not match the binary ({arch}, soc_model "
+                                           f"{soc_model})" if other else
+                                           f"AI Hub has no device that runs QNN for {' or '.join(missing)}"))
+    run._devices[key] = found
     return found
 
 
 def _runtime(run: _Run, r: TargetRecord) -> str:
-    """The QAIRT runtime to ask for: at least the version that built the binary (an older runtime cannot
-    load it: AI Hub fails such a job with QNN_VERSION_MISMATCH)."""
-    built = major_minor(r.sdk_version)
-    offered = sorted({v for v, _, _ in run.runtimes if major_minor(v)}, key=major_minor)
+    """The QAIRT runtime to ask for (its api_version, as --qairt_version takes it): the oldest AI Hub offers
+    whose full version is at least the one that built the binary (an older runtime cannot load it: AI Hub fails
+    such a job with QNN_VERSION_MISMATCH); 2.45.40 is older than 2.45.41."""
+    built = triple(r.sdk_version)
     wanted = run.settings.qairt
     if wanted:
-        if built and major_minor(wanted) < built:
+        if built and major_minor(wanted) < built[:2]:
             raise NoRuntime(f"--qairt {wanted} is older than QNN {r.sdk_version}, which built the binary")
         return wanted
-    fits = [v for v in offered if built is None or major_minor(v) >= built]
+    offered = sorted(((triple(full) or (*major_minor(api), 0), api) for api, full, _ in run.runtimes
+                      if major_minor(api)))
+    fits = [api for full, api in offered if built is None or full >= built]
     if not fits:
-        raise NoRuntime(f"AI Hub offers QAIRT {', '.join(offered) or 'none'}; none is >= {r.sdk_version}, which "
-                         "built the binary (a runtime older than the build cannot load it)")
+        names = ", ".join(api for _, api in offered) or "none"
+        raise NoRuntime(f"AI Hub offers QAIRT {names}; none is >= {r.sdk_version}, which built the binary (a "
+                        "runtime older than the build cannot load it)")
     return fits[0]
 
 
@@ -179,10 +195,14 @@ def _runtime(run: _Run, r: TargetRecord) -> str:
 def _submit(run: _Run, job: _Job) -> None:
     r, hub = job.record, run.hub
     binary = run.out / r.id / r.binaries[0]
+    if time.monotonic() >= run.deadline:
+        run.record(r, "timeout", f"not submitted: the budget ({run.settings.budget_seconds:.0f} s) ended before it")
+        return
     try:
         model = hub.upload_model(binary, key=sha256_file(binary))
-        entries = {job.names.get(k, k): v for k, v in job.inputs.entries.items()}
-        data = hub.upload_dataset(entries, key=f"{r.model}/{r.graph}/{'-'.join(entries)}")
+        fed = [job.io.to_binary({job.names.get(k, k): v for k, v in f.items()}) for f in job.inputs.feeds]
+        entries = {n: [f[n] for f in fed] for n in job.io.inputs}
+        data = hub.upload_dataset(entries, key=_digest(entries))
         opts = f"--qairt_version {job.qairt} --max_profiler_iterations {PROFILE_ITERATIONS}"
         job.npu = _retrying(run, lambda: hub.submit(f"{r.id} npu", model, job.device, data, opts))
         if run.settings.cpu:
@@ -196,13 +216,13 @@ def _cpu_job(run: _Run, job: _Job):
     r, hub = job.record, run.hub
     key = (r.model, r.graph, job.device.name)
     if key not in run._cpu_jobs:
-        prep = prepared_for(run.report, r)
-        onnx_model = hub.upload_model(prep.path, key=prep.sha256)
-        data = hub.upload_dataset(job.inputs.entries, key=f"{r.model}/{r.graph}/{'-'.join(job.inputs.entries)}")
         try:
+            prep = prepared_for(run.report, r)
+            onnx_model = hub.upload_model(prep.path, key=prep.sha256)
+            data = hub.upload_dataset(job.inputs.entries, key=_digest(job.inputs.entries))
             run._cpu_jobs[key] = _retrying(run, lambda: hub.submit(f"{r.model}.{r.graph} cpu", onnx_model,
                                                                    job.device, data, "--compute_unit cpu"))
-        except HubFault:
+        except (HubFault, QnnReleaseError):
             run._cpu_jobs[key] = None  # the NPU numbers stand without the comparison
     return run._cpu_jobs[key]
 
@@ -213,27 +233,32 @@ def _retrying(run: _Run, submit, attempts: int = 4):
         try:
             return submit()
         except HubFault as f:
-            if "429" not in f.reason or i == attempts - 1:
+            left = run.deadline - time.monotonic()
+            if "429" not in f.reason or i == attempts - 1 or left <= 0:
                 raise
-            time.sleep(min(run.settings.poll_seconds * 2 ** (i + 1), 120.0))
+            time.sleep(min(run.settings.poll_seconds * 2 ** (i + 1), 120.0, left))
     raise AssertionError("unreachable")
 
 
 def _wait(run: _Run) -> None:
-    deadline = time.monotonic() + run.settings.budget_seconds
+    """Poll every job until all are finished or the budget ends; a refused token or client stops at once."""
     pending = {id(j): j for job in run.jobs for j in (job.npu, job.cpu) if j is not None}
-    done: set[int] = set()
     while pending:
         for key, j in list(pending.items()):
             try:
                 if run.hub.state(j).done:
-                    done.add(key)
                     del pending[key]
-            except HubFault:
-                pass  # an outage while polling: poll again until the budget ends
-        if not pending or time.monotonic() >= deadline:
+            except HubFault as f:
+                if "(401)" in f.reason or "(426)" in f.reason:
+                    for job in run.jobs:
+                        if job.npu is not None and id(job.npu) in pending and job.record.id not in run.runs:
+                            run.record(job.record, f.status, f.reason)
+                    return
+                if f.status == "timeout":
+                    break  # an outage while polling: poll again until the budget ends
+        if not pending or time.monotonic() >= run.deadline:
             break
-        time.sleep(run.settings.poll_seconds)
+        time.sleep(max(0.0, min(run.settings.poll_seconds, run.deadline - time.monotonic())))
     for job in run.jobs:
         if job.npu is not None and id(job.npu) in pending and job.record.id not in run.runs:
             run.record(job.record, "timeout", f"AI Hub job {job.npu.job_id} still running after "
@@ -254,6 +279,12 @@ def _collect(run: _Run, job: _Job) -> None:
         run.record(r, f.status, f.reason, **where)
         return
     summary = profile.get("execution_summary") or {}
+    try:
+        outputs = _as_onnx(job, outputs)
+    except QnnReleaseError as e:
+        outputs = None
+        run.record(r, "failed", f"{r.id}: {e}", **where)
+        return
     par = judge(run.loaded, r, job.inputs, job.names, outputs)
     base = _baseline(run, job)
     lat = latency(summary)
@@ -264,6 +295,29 @@ def _collect(run: _Run, job: _Job) -> None:
         peak_memory_mb=memory_mb(summary), placement=placement(profile.get("execution_detail") or []),
         parity=par, cpu=base, speedup_vs_cpu=round(base.latency.median_ms / lat.median_ms, 2)
         if base and lat and lat.median_ms > 0 else None, measured=now(), **where)
+
+
+def _as_onnx(job: _Job, outputs: dict | None) -> dict | None:
+    """The device's outputs (the binary's tensors) as the ONNX graph's, per entry, through the stub's nodes."""
+    if not outputs:
+        return outputs
+    names = job.io.outputs if all(n in outputs for n in job.io.outputs) else list(outputs)
+    if len(names) != len(job.io.outputs):
+        raise QnnReleaseError(f"the job returned {len(outputs)} outputs, the binary has {len(job.io.outputs)}")
+    count = min(len(v) for v in outputs.values())
+    per = [job.io.from_binary({b: outputs[n][i] for b, n in zip(job.io.outputs, names)}) for i in range(count)]
+    return {n: [p[n] for p in per] for n in job.io.graph_outputs}
+
+
+def _digest(entries: dict) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(entries):
+        h.update(name.encode())
+        for a in entries[name]:
+            h.update(str(a.dtype).encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+    return "inputs-" + h.hexdigest()[:16]
 
 
 def _baseline(run: _Run, job: _Job):

@@ -47,24 +47,6 @@ class PackageResult:
     notes: Path | None
 
 
-def compiled_for(ctx: Path) -> dict:
-    """What a stub says its binary was compiled for: route, SDK version, HTP arch, soc_model."""
-    import onnx
-
-    m = onnx.load(str(ctx), load_external_data=False)
-    props = {p.key: p.value for p in m.metadata_props}
-    sdk = next((a.s.decode() for n in m.graph.node if n.op_type == "EPContext"
-                for a in n.attribute if a.name == "ep_sdk_version"), "")
-    if qnn_ep.COMPAT_KEY in props:
-        info = qnn_ep.read_compat(ctx)
-        return {"route": "ort", "sdk": (info.sdk_version or info.qnn_version).lstrip("v"),
-                "htp_arch": info.htp_arch, "soc_model": info.soc_model}
-    if "qnn_release.route" in props:
-        return {"route": props["qnn_release.route"], "sdk": sdk.lstrip("v"),
-                "htp_arch": int(props["qnn_release.htp_arch"]), "soc_model": int(props["qnn_release.soc_model"])}
-    raise PackageError(f"{ctx}: not an EPContext stub written by qnn-release")
-
-
 def version_core(version: str | None) -> str | None:
     """``major.minor.patch.build`` of a QNN version, whatever build stamp follows (v2.40.0.251030123456_1)."""
     import re
@@ -135,7 +117,7 @@ def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, byte
 def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
             matrix: Path | None = None, notes_dir: Path | None = None,
             device_numbers: Path | None = None, require_verified: bool = False) -> PackageResult:
-    report = _read_report(out / REPORT)
+    report = BuildReport.load(out / REPORT, PackageError)
     loaded: LoadedMatrix = load_matrix(matrix or report.matrix)
     complete, skipped = _complete(report, loaded)
     _verified_gate(loaded, complete, require_verified)
@@ -175,15 +157,6 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
 
 
 Group = tuple[str, str, str]  # (model, soc, precision): one archive
-
-
-def _read_report(path: Path) -> BuildReport:
-    try:
-        return BuildReport.read(path)
-    except FileNotFoundError:
-        raise PackageError(f"{path}: no build report", hint="run `qnn-release build` first") from None
-    except (OSError, ValueError, TypeError) as e:
-        raise PackageError(f"{path}: not valid JSON: {e}") from None
 
 
 def _complete(report: BuildReport, loaded: LoadedMatrix) -> tuple[dict[Group, list[TargetRecord]], list[str]]:
@@ -239,7 +212,7 @@ def _consistency_gate(out: Path, loaded: LoadedMatrix, complete: dict[Group, lis
             if target.key != r.key:
                 offenders.append(f"{r.id}: {folder} holds another build than the report")
                 continue
-            got = compiled_for(folder / target.context_onnx)
+            got = qnn_ep.compiled_for(folder / target.context_onnx)
             compiled[r.id] = got["sdk"]
             if (got["htp_arch"], got["soc_model"]) != (soc.htp_arch, soc.soc_model):
                 offenders.append(f"{r.id}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
@@ -412,11 +385,12 @@ def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[dict], complet
 def _device_note(device: DeviceNumbers | None) -> str:
     if device is None:
         return "no device numbers: `qnn-release device-numbers` did not run for this release"
-    if device.note:
+    if device.note and device.note.startswith("no device numbers"):
         return device.note
     ok = sum(r.measured_ok for r in device.targets.values())
     via = "Qualcomm AI Hub" if device.via == "ai-hub" else "a phone on adb"
-    return f"measured on real devices through {via}: {ok} of {len(device.targets)} targets ({device.created})"
+    return (f"measured on real devices through {via}: {ok} of {len(device.targets)} targets ({device.created})"
+            + (f"; {device.note}" if device.note else ""))
 
 
 def _runtimes(metas: dict[str, dict], libs: str | None) -> list[list[str]]:
@@ -523,6 +497,7 @@ def _device_numbers(out: Path, loaded: LoadedMatrix, path: Path | None,
         why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(e).splitlines()[0]
         raise PackageError(f"{path}: not a device-numbers.json: {why}",
                            hint="write it with `qnn-release device-numbers`") from None
+    numbers = _same_binaries(out, numbers, [r for rs in complete.values() for r in rs])
     ids = {r.id for rs in complete.values() for r in rs}
     failed = [f for f in parity_failures(loaded, numbers) if f.split(":", 1)[0] in ids]
     if failed:
@@ -530,6 +505,25 @@ def _device_numbers(out: Path, loaded: LoadedMatrix, path: Path | None,
                           hint="fix the target, or set options.device_parity: record to release it with the "
                           "numbers")
     return numbers
+
+
+def _same_binaries(out: Path, numbers: DeviceNumbers, records: list[TargetRecord]) -> DeviceNumbers:
+    """Only the runs of the binaries being packaged: a device-numbers.json left from an earlier build says
+    nothing about a binary compiled since."""
+    keep, stale = {}, 0
+    for r in records:
+        run = numbers.targets.get(r.id)
+        if run is None:
+            continue
+        if run.binary_sha256 == sha256_file(out / r.id / r.binaries[0]):
+            keep[r.id] = run
+        else:
+            stale += 1
+    note = numbers.note
+    if stale:
+        note = (f"{note}; " if note else "") + f"{stale} target(s) measured another binary than this release's: " \
+            "left out"
+    return numbers.model_copy(update={"targets": keep, "note": note})
 
 
 def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:

@@ -36,8 +36,9 @@ FIRST_ANDROID = (2, 3, 0)  # the first onnxruntime-qnn with an Android package (
 def runtime_advice(route: str, tool: str, qnn_version: str, htp_arch: str, libs: str | None) -> list[str]:
     """Markdown lines: the runtime an app ships with these binaries, for their route."""
     core = ".".join(re.findall(r"\d+", qnn_version)[:3])
+    v = "V" + htp_arch[1:]  # v79 -> V79, v<arch> -> V<arch>
     rule = (f"A binary built with QNN {core} loads only on a QNN runtime **{core} or newer**, with `libQnnHtp.so`, "
-            f"`libQnnHtp{htp_arch.upper()}Stub.so` and `libQnnHtp{htp_arch.upper()}Skel.so` from one SDK build.")
+            f"`libQnnHtp{v}Stub.so` and `libQnnHtp{v}Skel.so` from one SDK build.")
     if route == "qairt":
         where = (f"Ship the libraries of `{libs}` (a release asset: the SDK build that compiled them)." if libs else
                  f"Take them from QAIRT {core}: `lib/aarch64-android/` and `lib/hexagon-{htp_arch}/unsigned/`.")
@@ -51,7 +52,8 @@ def runtime_advice(route: str, tool: str, qnn_version: str, htp_arch: str, libs:
     if ep and tuple(int(x) for x in ep.split(".")) >= FIRST_ANDROID:
         lines.append(f"On Android: `com.qualcomm.qti:onnxruntime-android-qnn:{ep}` (the QNN EP) with "
                      f"`com.microsoft.onnxruntime:onnxruntime-android`{f' {ort_version}' if ort_version else ''} "
-                     f"and `com.qualcomm.qti:qnn-runtime` {core} or newer (the QNN libraries, every Stub/Skel); set "
+                     f"and `com.qualcomm.qti:qnn-runtime` {core} or newer (the QNN libraries, every Stub/Skel; its "
+                     "Maven versions follow QAIRT's, and whether this one is published yet was not confirmed); set "
                      "`ADSP_LIBRARY_PATH` to the app's native library folder and declare `libcdsprpc.so` "
                      "(`<uses-native-library android:required=\"false\"/>`).")
     lines.append("Microsoft's `com.microsoft.onnxruntime:onnxruntime-android-qnn` 1.x bundles QNN 2.28-2.42: too old "
