@@ -502,3 +502,37 @@ def test_numbers_of_another_binary_are_left_out_of_the_release(built, monkeypatc
         assert _metadata(built, "SM8750")["on_device"] is None
     finally:
         path.unlink()
+
+
+def test_a_call_that_outlives_the_budget_is_left_behind_as_a_timeout():
+    import threading
+    import time
+
+    from ci_tools.device.hub import Hub, HubFault
+
+    hub = Hub("t0k3n", "http://127.0.0.1:9", deadline=time.monotonic())  # the budget has ended
+    never = threading.Event()
+    with pytest.raises(HubFault) as e:
+        hub.call("devices", never.wait)
+    assert e.value.status == "timeout" and "within the budget" in e.value.reason
+    never.set()
+
+
+def test_a_stopped_run_still_writes_what_it_measured(built, monkeypatch):
+    from ci_tools.device import via_hub
+    from ci_tools.device.measure import device_numbers
+
+    def stopped(out, loaded, report, records, settings, env, runs):
+        runs[records[0].id] = DeviceRun(via="ai-hub", status="failed", reason="measured before the stop")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(via_hub, "measure", stopped)
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(built["cache"]))
+    with pytest.raises(KeyboardInterrupt):
+        device_numbers(built["out"], env={})
+    path = built["out"] / "device-numbers.json"
+    runs = json.loads(path.read_text())["targets"]
+    path.unlink()
+    assert sorted(r["reason"] for r in runs.values()) == ["measured before the stop"] + ["not measured: the run "
+                                                                                         "was stopped"] * 2
+    assert all(len(r["binary_sha256"]) == 64 for r in runs.values())
