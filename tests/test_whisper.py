@@ -348,6 +348,33 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     said = run.stdout.split("\n", 1)[0].split(": ", 1)[1]  # (the QNN library prints a notice after it)
     assert said == (top / "sample" / "compile.txt").read_text().rstrip("\n")
 
+    # on a real device (the stand-in AI Hub, its phone running each binary): both graphs measured on the
+    # recordings' inputs, and the speech figures from them: real-time factor and time to the first token
+    from tests.fake_aihub import FakeAIHub
+    from tests.test_device_numbers import FRAMEWORKS, _phone
+
+    with FakeAIHub(frameworks=FRAMEWORKS, runner=_phone({"out": out, "repo": tmp_path, "env": env}),
+                   latency_us={"Samsung Galaxy S25": 20000}) as hub:
+        r = run_cli("device-numbers", str(out), "--soc", "SM8750", "--poll-seconds", "0", "--no-cpu",
+                    env={**env, "QAI_HUB_API_TOKEN": hub.token, "QAI_HUB_API_URL": hub.url})
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = json.loads((out / "device-numbers.json").read_text())["targets"]
+    enc_id = "tiny-whisper.encoder.sm8750.fp16"
+    enc = runs[enc_id]
+    # the clips the chips transcribe, counted as the emulator's verification counts them
+    assert enc["status"] == "ok" and enc["parity"]["verdict"] == by_id[enc_id]["verified_on"], enc
+    assert "clips of the model" in enc["parity"]["inputs"] and runs[enc_id.replace("encoder", "decoder")]["status"] \
+        == "ok"
+    r = run_cli("package", "--out", str(out), "--matrix", str(matrix), env=env)
+    assert r.returncode == 0, r.stderr
+    archive = next((out / "release").glob("tiny-whisper-sm8750-fp16-*.tar.bz2"))
+    with tarfile.open(archive) as tar:
+        meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
+    speech, clips = meta["on_device"]["speech"], meta["transcript"]["clips"]
+    steps, audio = sum(c["decoder_steps"] for c in clips), sum(c["audio_seconds"] for c in clips)
+    assert speech["time_to_first_token_ms"] == pytest.approx(20.0 + 4 * 20.0, rel=0.05)
+    assert speech["real_time_factor"] == pytest.approx((len(clips) + steps) * 0.020 / audio, rel=0.05)
+
 
 @pytest.mark.network
 def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
