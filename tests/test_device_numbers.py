@@ -536,3 +536,21 @@ def test_a_stopped_run_still_writes_what_it_measured(built, monkeypatch):
     assert sorted(r["reason"] for r in runs.values()) == ["measured before the stop"] + ["not measured: the run "
                                                                                          "was stopped"] * 2
     assert all(len(r["binary_sha256"]) == 64 for r in runs.values())
+
+
+def test_a_job_without_outputs_keeps_its_timings_and_does_not_block_the_release(built, monkeypatch, capsys):
+    phone = _phone(built)
+
+    def mute(data, model_type, inputs, device, options):  # the device ran it, and gave nothing back
+        from qai_hub import public_api_pb2 as pb
+
+        return phone(data, model_type, inputs, device, options) if model_type == pb.MODEL_TYPE_ONNX else {}
+
+    with _hub(built) as hub:
+        hub.runner = mute
+        code, text, numbers = _measure(built, hub, monkeypatch, capsys, "--soc", "SM8750")
+    (run,) = numbers["targets"].values()
+    (built["out"] / "device-numbers.json").unlink()
+    assert code == 0, text
+    assert run["status"] == "failed" and run["latency"]["median_ms"] > 0 and run["parity"] is None
+    assert "on-device parity not measured" in run["reason"]

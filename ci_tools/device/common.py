@@ -96,14 +96,22 @@ def now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
+def status_of(parity: DeviceParity | str) -> tuple[str, str | None]:
+    """A measured run's status: ok, parity-failed (its outputs disagree with CPU), or failed when no outputs
+    came back to judge (the timings stand; a missing answer is not a wrong one)."""
+    if isinstance(parity, str):
+        return "failed", f"timings measured; on-device parity not measured: {parity}"
+    return ("ok", None) if parity.passed else ("parity-failed", parity.failure)
+
+
 def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[str, str],
-          outputs: dict | None) -> DeviceParity:
-    """The device's outputs against CPU on the same inputs, by the thresholds the emulator is held to."""
+          outputs: dict | None) -> DeviceParity | str:
+    """The device's outputs against CPU on the same inputs, by the thresholds the emulator is held to; a string
+    says why there was nothing to judge."""
     base = {"samples": len(inp.feeds), "inputs": inp.note, "verdict": inp.verdict}
     got = outputs_in_order(inp, names, outputs)
     if isinstance(got, str):
-        return DeviceParity(cosine=0.0, snr_db=0.0, max_abs=float("inf"), nan_count=0, passed=False,
-                            failure=f"{r.id}: on the device: {got}", **base)
+        return got
     model = loaded.matrix.model(r.model)
     overall = worst([compare(np.asarray(a), np.asarray(b)) for ref, dev in zip(inp.reference, got)
                      for a, b in zip(ref, dev)])

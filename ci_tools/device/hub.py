@@ -117,6 +117,8 @@ class Hub:
             return HubFault("failed", f"{what}: AI Hub refused it: {msg}")
         if isinstance(e, (InternalError, APIException, OSError, ValueError)):
             return HubFault("unavailable", f"{what}: AI Hub unavailable: {type(e).__name__}: {msg}")
+        if isinstance(e, Exception):  # anything else the client raises (a malformed answer): that call failed
+            return HubFault("failed", f"{what}: the AI Hub client failed: {type(e).__name__}: {msg}")
         return e
 
     # -- what the service offers ------------------------------------------------------------------
@@ -169,16 +171,20 @@ class Hub:
                 kind = pb.JobFailureType.Name(raw.failure_type).removeprefix("JOB_FAILURE_TYPE_") + ": "
         return f"AI Hub job {job.job_id} failed: {kind}{self.scrub(one_line(message or 'no reason given'))}"
 
-    def results(self, job) -> tuple[dict, dict[str, list[np.ndarray]] | None, dict[str, str]]:
-        """(profile, outputs, tool versions) of a finished job."""
+    def profile(self, job) -> tuple[dict, dict[str, str]]:
+        """(profile, tool versions) of a finished job."""
         from qai_hub import public_rest_api as api
 
         profile = self.call(f"profile of {job.job_id}", job.download_profile)
-        outputs = self.call(f"outputs of {job.job_id}", job.download_output_data)
-        raw = self.call(f"results of {job.job_id}", api.get_job_results, self.config, job.job_id)
-        detail = raw.inference_job_result.detail
-        tools = {t.name: t.version for t in detail.tool_versions}
-        return profile, outputs, tools
+        try:  # which runtime ran it: extra detail, only in the raw result (ProfileDetail.tool_versions)
+            raw = self.call(f"results of {job.job_id}", api.get_job_results, self.config, job.job_id)
+            tools = {t.name: t.version for t in raw.inference_job_result.detail.tool_versions}
+        except HubFault:
+            tools = {}
+        return profile, tools
+
+    def outputs(self, job) -> dict[str, list[np.ndarray]] | None:
+        return self.call(f"outputs of {job.job_id}", job.download_output_data)
 
 
 # -- from the profile to the numbers ------------------------------------------------------------

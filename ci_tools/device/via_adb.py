@@ -31,7 +31,7 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache
 from .adb import Adb, AdbFault
-from .common import Settings, judge, major_minor, now, prepared_for
+from .common import Settings, judge, major_minor, now, prepared_for, status_of
 from .inputs import device_inputs
 from .numbers import Device, DeviceRun, Latency
 from .via_hub import log_path
@@ -149,8 +149,9 @@ def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, 
         outputs = _outputs(tmp_path / "out", outs, len(inp.feeds), r.id)
         init_ms, lat = _profile(backend.root, tmp_path / "out" / "qnn-profiling-data_0.log", len(inp.feeds))
     par = judge(loaded, r, inp, {}, outputs)
-    return DeviceRun(via="adb", status="ok" if par.passed else "parity-failed", reason=par.failure, device=device,
-                     qairt_runtime=backend.sdk_version(), latency=lat, first_load_ms=init_ms, parity=par,
+    status, reason = status_of(par)
+    return DeviceRun(via="adb", status=status, reason=reason, device=device, qairt_runtime=backend.sdk_version(),
+                     latency=lat, first_load_ms=init_ms, parity=par if not isinstance(par, str) else None,
                      measured=now())
 
 

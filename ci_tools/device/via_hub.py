@@ -26,7 +26,7 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache, sha256_file
 from .binary_io import BinaryIO
-from .common import NoRuntime, Settings, judge, major_minor, now, prepared_for, triple
+from .common import NoRuntime, Settings, judge, major_minor, now, prepared_for, status_of, triple
 from .hub import (
     DEFAULT_URL,
     TOKEN_ENV,
@@ -143,30 +143,37 @@ def _plan(run: _Run, r: TargetRecord) -> None:
 
 
 def _device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[object | None, str | None]:
-    """AI Hub's device for the binary (and the chip it stands in for), or None and why not: the first device of
-    the chip's chipsets whose hexagon: and soc-model: are the binary's."""
+    """AI Hub's device for the binary (and the chip it stands in for), or None and why not: a device of the
+    chip's chipsets whose hexagon: and soc-model: are the binary's; one that does not state them is taken
+    only when none states them."""
     key = f"{soc.name}/{arch}/{soc_model}"
-    if key in run._devices:
-        return run._devices[key]
-    found: tuple = (None, f"{soc.name}: no AI Hub chipset in matrix/socs.yaml (aihub) runs this chip's build")
-    missing, other = [], []
+    if key not in run._devices:
+        run._devices[key] = _pick_device(run, soc, arch, soc_model)
+    return run._devices[key]
+
+
+def _pick_device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[object | None, str | None]:
+    missing, other, unstated = [], [], None
     for chipset, named in run.loaded.catalog.hub_chipsets(soc):
         devices = run.hub.devices(chipset)
         if not devices:
             missing.append(f"chipset:{chipset}")
         for dev in devices:
             info = device_info(dev)
+            stands_in = None if named.name == soc.name else named.name
             if (info.hexagon, info.soc_model) == (arch, soc_model):
-                found = (dev, None if named.name == soc.name else named.name)
-                break
-            other.append(f"{dev.name} (hexagon:{info.hexagon} soc-model:{info.soc_model})")
-        if found[0] is not None:
-            break
-        found = (None, f"{soc.name}: " + (f"AI Hub's {', '.join(other)} do not match the binary ({arch}, soc_model "
-                                           f"{soc_model})" if other else
-                                           f"AI Hub has no device that runs QNN for {' or '.join(missing)}"))
-    run._devices[key] = found
-    return found
+                return dev, stands_in
+            if info.hexagon is None and info.soc_model is None:
+                unstated = unstated or (dev, stands_in)
+            else:
+                other.append(f"{dev.name} (hexagon:{info.hexagon} soc-model:{info.soc_model})")
+    if unstated is not None:
+        return unstated
+    if other:
+        return None, f"{soc.name}: AI Hub's {', '.join(other)} do not match the binary ({arch}, soc_model {soc_model})"
+    if missing:
+        return None, f"{soc.name}: AI Hub has no device that runs QNN for {' or '.join(missing)}"
+    return None, f"{soc.name}: no AI Hub chipset in matrix/socs.yaml (aihub) runs this chip's build"
 
 
 def _runtime(run: _Run, r: TargetRecord) -> str:
@@ -274,33 +281,36 @@ def _collect(run: _Run, job: _Job) -> None:
         if not state.ok:
             run.record(r, "failed", state.reason, qairt_runtime=job.qairt, **where)
             return
-        profile, outputs, tools = hub.results(j)
+        profile, tools = hub.profile(j)
     except HubFault as f:
         run.record(r, f.status, f.reason, **where)
         return
+    why = "the job gave no outputs"
+    try:
+        outputs = hub.outputs(j)
+    except HubFault as f:
+        outputs, why = None, f.reason
     summary = profile.get("execution_summary") or {}
     try:
-        outputs = _as_onnx(job, outputs)
+        par = judge(run.loaded, r, job.inputs, job.names, _as_onnx(job, outputs)) if outputs is not None else why
     except QnnReleaseError as e:
-        outputs = None
-        run.record(r, "failed", f"{r.id}: {e}", **where)
-        return
-    par = judge(run.loaded, r, job.inputs, job.names, outputs)
-    base = _baseline(run, job)
-    lat = latency(summary)
+        par = str(e)
+    base, lat = _baseline(run, job), latency(summary)
+    status, reason = status_of(par)
     run.runs[r.id] = DeviceRun(
-        via="ai-hub", status="ok" if par.passed else "parity-failed", reason=par.failure,
+        via="ai-hub", status=status, reason=reason,
         qairt_runtime=tools.get("QAIRT") or tools.get("QNN") or job.qairt, latency=lat,
         first_load_ms=_ms(summary.get("first_load_time")), warm_load_ms=_ms(summary.get("warm_load_time")),
         peak_memory_mb=memory_mb(summary), placement=placement(profile.get("execution_detail") or []),
-        parity=par, cpu=base, speedup_vs_cpu=round(base.latency.median_ms / lat.median_ms, 2)
-        if base and lat and lat.median_ms > 0 else None, measured=now(), **where)
+        parity=par if not isinstance(par, str) else None, cpu=base,
+        speedup_vs_cpu=round(base.latency.median_ms / lat.median_ms, 2) if base and lat and lat.median_ms > 0
+        else None, measured=now(), **where)
 
 
 def _as_onnx(job: _Job, outputs: dict | None) -> dict | None:
     """The device's outputs (the binary's tensors) as the ONNX graph's, per entry, through the stub's nodes."""
     if not outputs:
-        return outputs
+        raise QnnReleaseError("the job gave no outputs")
     names = job.io.outputs if all(n in outputs for n in job.io.outputs) else list(outputs)
     if len(names) != len(job.io.outputs):
         raise QnnReleaseError(f"the job returned {len(outputs)} outputs, the binary has {len(job.io.outputs)}")
@@ -326,7 +336,7 @@ def _baseline(run: _Run, job: _Job):
     try:
         if not run.hub.state(job.cpu).ok:
             return None
-        profile, _, tools = run.hub.results(job.cpu)
+        profile, tools = run.hub.profile(job.cpu)
     except HubFault:
         return None
     return cpu_baseline(profile, tools, job.cpu)
