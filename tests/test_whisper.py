@@ -211,6 +211,28 @@ def test_word_error_rate_and_clip_turns():
     assert [c.text for c in check.chip_clips(clips, 1, 9)] == ["0", "1", "2", "3"]
 
 
+def test_a_chips_clips_are_packed_into_whisper_windows(tmp_path):
+    """One encoder run (minutes on the emulator) per 30-second window, not per clip: the four 4-second clips
+    fit one window; a 20-second clip and a 12-second one do not share one; pack: false keeps one per window."""
+    clips = check.load_clips(REPO, "clips/whisper/clips.yaml")
+    (one,) = check.windows(clips, pack=True)
+    assert [c.name for c in one] == [c.name for c in clips]
+    assert [len(w) for w in check.windows(clips, pack=False)] == [1, 1, 1, 1]
+    audio = check.window_audio([str(c.path) for c in one])
+    lengths = [len(runtime.read_wav(c.path)) for c in clips]
+    gap = int(check.GAP_SECONDS * runtime.SAMPLE_RATE)
+    assert len(audio) == sum(lengths) + 3 * gap and not audio[lengths[0]:lengths[0] + gap].any()
+    long = []
+    for name, seconds in (("a.wav", 20), ("b.wav", 12), ("c.wav", 9)):
+        with wave.open(str(tmp_path / name), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(b"\0\0" * 16000 * seconds)
+        long.append(check.Clip(path=tmp_path / name, text=name, sha256=""))
+    assert [[c.text for c in w] for w in check.windows(long, pack=True)] == [["a.wav"], ["b.wav", "c.wav"]]
+
+
 def test_a_transcript_too_far_from_cpu_fails_both_graphs():
     model = load_matrix(REPO / "matrix" / "whisper.yaml").matrix.model("whisper-base")
     rs = [TargetRecord.make(id=f"whisper-base.{g}.sm8750.fp16", model="whisper-base", graph=g, soc="SM8750",

@@ -162,6 +162,11 @@ class TranscriptNumbers(_M):
     emulator_seconds_per_encoder_run: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
     emulator_seconds_per_decoder_step: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
     verify_seconds: float = Field(description="what the transcript verification of this chip cost")
+    emulator_seconds_load: float | None = Field(default=None, description="loading both binaries on the x86-64 HTP "
+                                                "EMULATOR (once per chip: every clip runs in that session)")
+    emulator_real_time_factor: float | None = Field(
+        default=None, description="emulator seconds (encoder runs and decoder steps) per second of audio, on the "
+        "x86-64 HTP EMULATOR: what the check costs, not what a phone does")
     clips: list[TranscriptClip]
     export_check: ExportCheck
 

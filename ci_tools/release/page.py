@@ -120,7 +120,9 @@ def _transcript(t: dict | None) -> dict | None:
     if not t:
         return None
     return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"],
-            "cpu_wer_all": t.get("cpu_wer_all"), "cpu_clips_all": t.get("cpu_clips_all")}
+            "cpu_wer_all": t.get("cpu_wer_all"), "cpu_clips_all": t.get("cpu_clips_all"),
+            "encoder_s": t.get("emulator_seconds_per_encoder_run"),
+            "step_s": t.get("emulator_seconds_per_decoder_step"), "rtf": t.get("emulator_real_time_factor")}
 
 
 def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:

@@ -27,9 +27,10 @@ from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
 from ...util.metrics import compare, worst
-from .runtime import SAMPLE_RATE, Whisper, WhisperInputError, read_wav
+from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, read_wav
 
-CHECK_VERSION = 2  # bump when a change here should verify every chip again
+CHECK_VERSION = 3  # bump when a change here should verify every chip again (3: clips packed into windows)
+GAP_SECONDS = 0.5  # silence between two clips packed into one window
 DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
 
 
@@ -100,6 +101,29 @@ def chip_clips(clips: list[Clip], turn: int, per_chip: int) -> list[Clip]:
     """The clips of the chip that is ``turn``-th in the matrix: chips take turns through the list."""
     n = min(per_chip, len(clips))
     return [clips[(turn * n + i) % len(clips)] for i in range(n)]
+
+
+def windows(clips: list[Clip], pack: bool) -> list[list[Clip]]:
+    """The clips in Whisper's 30-second windows, in order: as many as fit each window (with ``GAP_SECONDS`` of
+    silence between them) when ``pack``, else one clip per window. The encoder always runs on a whole
+    window, padded: packing does in one run what took one per clip."""
+    out: list[list[Clip]] = []
+    used = 0.0
+    for c in clips:
+        length = len(read_wav(c.path)) / SAMPLE_RATE
+        if pack and out and used + GAP_SECONDS + length <= CHUNK_SECONDS:
+            out[-1].append(c)
+            used += GAP_SECONDS + length
+        else:
+            out.append([c])
+            used = length
+    return out
+
+
+def window_audio(paths: list[str]) -> np.ndarray:
+    gap = np.zeros(int(GAP_SECONDS * SAMPLE_RATE), dtype=np.float32)
+    parts = [read_wav(p) for p in paths]
+    return np.concatenate([x for i, a in enumerate(parts) for x in ((gap, a) if i else (a,))])
 
 
 # -- word error rate ---------------------------------------------------------------------------
@@ -195,8 +219,10 @@ def _check_chip(job: dict) -> dict:
         (folder / "whisper.json").write_text(json.dumps(config))
         from ...compile.qnn_ep import quiet_native
 
+        loading = time.monotonic()
         with quiet_native():  # the QNN library's banner on loading: not on the build's terminal
             htp = Whisper(folder, device="htp", language=job["language"])
+        load_seconds = time.monotonic() - loading
         cpu = Whisper(export_dir, device="cpu", language=job["language"])
         parity: dict[str, list] = {"encoder": [], "decoder": []}
 
@@ -206,10 +232,13 @@ def _check_chip(job: dict) -> dict:
                                         np.concatenate([np.ravel(o) for o in outputs])))
 
         clips = []
-        for c in job["clips"]:
-            audio = read_wav(c["path"])
+        for c in job["clips"]:  # a window: one clip, or several packed
+            audio = window_audio(c["paths"])
+            said_on_cpu = job["cpu"][c["name"]] if len(c["paths"]) == 1 else \
+                cpu.transcribe(audio, max_tokens=job["max_tokens"]).text
             got = htp.transcribe(audio, max_tokens=job["max_tokens"], observe=observe)
-            clips.append({"file": c["name"], "reference": c["text"], "cpu": job["cpu"][c["name"]], "htp": got.text,
+            clips.append({"file": c["name"], "files": c["names"], "reference": c["text"], "cpu": said_on_cpu,
+                          "htp": got.text,
                           "htp_tokens": got.tokens, "encoder_seconds": round(got.encoder_seconds, 3),
                           "decoder_steps": len(got.decoder_seconds),
                           "audio_seconds": round(len(audio) / SAMPLE_RATE, 3),
@@ -224,6 +253,7 @@ def _check_chip(job: dict) -> dict:
             "wer": wer([(c["reference"], c["htp"]) for c in clips]),
             "emulator_seconds_per_encoder_run": round(float(np.mean([c["encoder_seconds"] for c in clips])), 3),
             "emulator_seconds_per_decoder_step": round(sum(c["decoder_seconds"] for c in clips) / max(steps, 1), 4),
+            "emulator_seconds_load": round(load_seconds, 3),
             "parity": {g: worst(p).as_dict() for g, p in parity.items() if p},
             "cpu_wer_all": job.get("cpu_wer"), "cpu_clips_all": len(job["cpu"]),
             "seconds": round(time.monotonic() - started, 3)}
@@ -235,9 +265,9 @@ def _cpu_transcripts(export_dir: Path, clips: list[Clip], language: str, max_tok
     return {"texts": texts, "wer": wer([(c.text, texts[c.name]) for c in clips]), "clips": len(clips)}
 
 
-def _key(graph_keys: list[str], clips: list[Clip], language: str, max_tokens: int) -> str:
+def _key(graph_keys: list[str], packed: list[list[Clip]], language: str, max_tokens: int) -> str:
     spec = {"v": CHECK_VERSION, "targets": sorted(graph_keys), "language": language, "max_tokens": max_tokens,
-            "clips": [[c.name, c.sha256, c.text] for c in clips]}
+            "windows": [[[c.name, c.sha256, c.text] for c in w] for w in packed]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -268,7 +298,7 @@ def check_transcripts(loaded, records: dict[str, TargetRecord], exports: dict[st
         pending, results = [], {}
         cpu = None
         for (soc, precision), rs in sorted(groups.items()):
-            mine = chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip)
+            mine = windows(chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip), model.verify.pack)
             key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
             cached = store / f"{key}.json"
             if cached.is_file() and not force:
@@ -285,7 +315,8 @@ def check_transcripts(loaded, records: dict[str, TargetRecord], exports: dict[st
                 "language": model.verify.language, "max_tokens": model.verify.max_tokens, "cpu": cpu["texts"],
                 "cpu_wer": cpu["wer"],
                 "chip": {"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
-                "clips": [{"path": str(c.path), "name": c.name, "text": c.text} for c in mine],
+                "clips": [{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
+                           "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in mine],
                 "graphs": {r.graph: {"folder": str(out / r.id), "context_onnx": r.context_onnx,
                                      "binaries": r.binaries} for r in rs}})
         for job, result in _run(pending, jobs, progress, model.name):
@@ -302,8 +333,10 @@ def _run(pending: list[dict], jobs: int, progress, model: str):
     if not pending:
         return
     if progress is not None:
-        progress.info(f"{model}: transcribing {sum(len(j['clips']) for j in pending)} clip(s) on the HTP emulator "
-                      f"for {len(pending)} chip build(s) (minutes per clip)")
+        windows_ = sum(len(j["clips"]) for j in pending)
+        clips = sum(len(w["paths"]) for j in pending for w in j["clips"])
+        progress.info(f"{model}: transcribing {clips} clip(s) in {windows_} window(s) on the HTP emulator for "
+                      f"{len(pending)} chip build(s) (minutes per window: one encoder run each)")
     if jobs <= 1 or len(pending) == 1:
         for job in pending:
             yield job, _safe(job)

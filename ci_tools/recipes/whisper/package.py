@@ -10,6 +10,7 @@ from pathlib import Path
 from ...compile.records import BuildReport, TargetRecord
 from ...errors import PackageError
 from . import runtime
+from .check import window_audio
 
 FILES = ("tokenizer.json", "mel_filters.npy")
 
@@ -32,14 +33,14 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
     if not transcript:
         return members, None
     first = transcript["clips"][0]
-    clips_file = (root / model.verify.clips).resolve()
-    wav = clips_file.parent / first["file"]
-    if wav.is_file():  # a smoke test on a device: this clip and what this chip's binaries said
-        members += [(f"{top}/sample/{first['file']}", wav),
-                    (f"{top}/sample/{Path(first['file']).stem}.txt", (first["htp"] + "\n").encode())]
+    members += _sample(top, first, (root / model.verify.clips).resolve().parent)
     numbers = {k: transcript[k] for k in ("agree", "wer_vs_cpu", "max_wer_vs_cpu", "wer",
                                           "emulator_seconds_per_encoder_run", "emulator_seconds_per_decoder_step")}
     numbers["verify_seconds"] = transcript["seconds"]
+    numbers["emulator_seconds_load"] = transcript.get("emulator_seconds_load")
+    audio = sum(c.get("audio_seconds") or 0 for c in transcript["clips"])
+    busy = sum(c["encoder_seconds"] + c["decoder_seconds"] for c in transcript["clips"])
+    numbers["emulator_real_time_factor"] = round(busy / audio, 3) if audio else None
     numbers.update({k: transcript.get(k) for k in ("cpu_wer_all", "cpu_clips_all")})
     numbers["recorded"] = model.verify.recordings is not None
     keys = ("file", "reference", "cpu", "htp", "wer_vs_cpu", "wer", "encoder_seconds", "decoder_steps",
@@ -50,6 +51,33 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
     numbers["export_check"] = {"tool": check.get("tool"), "equal": check.get("equal", 0),
                                "total": check.get("total", 0), "skipped": check.get("skipped")}
     return members, numbers
+
+
+def _sample(top: str, window: dict, folder: Path) -> list[tuple[str, Path | bytes]]:
+    """A smoke test on a device: the first window this chip transcribed (a clip, or clips packed into one
+    window as the check ran them) and what its binaries said."""
+    names = window.get("files") or [window["file"]]
+    paths = [folder / n for n in names]
+    if not all(p.is_file() for p in paths):
+        return []
+    stem = Path(names[0]).stem + (f"-and-{len(names) - 1}-more" if len(names) > 1 else "")
+    wav: Path | bytes = paths[0] if len(paths) == 1 else _wav_bytes(window_audio([str(p) for p in paths]))
+    return [(f"{top}/sample/{stem}.wav", wav), (f"{top}/sample/{stem}.txt", (window["htp"] + "\n").encode())]
+
+
+def _wav_bytes(audio) -> bytes:
+    import io
+    import wave
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(runtime.SAMPLE_RATE)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).round().astype("<i2").tobytes())
+    return buf.getvalue()
 
 
 def readme_context(top: str, members: list[tuple[str, Path | bytes]], binaries: list[str]) -> dict:
