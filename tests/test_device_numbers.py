@@ -298,8 +298,10 @@ def test_no_runtime_at_least_the_build_is_said_so(built, monkeypatch, capsys):
     assert code == 0 and run["status"] == "skipped" and "AI Hub offers QAIRT 2.42; none is >= 2.51" in run["reason"]
 
 
-def test_without_a_token_nothing_is_sent_and_the_release_says_no_device_numbers(built, monkeypatch, capsys):
+def test_without_a_token_nothing_is_sent_and_the_release_says_no_device_numbers(built, monkeypatch, capsys,
+                                                                                tmp_path):
     monkeypatch.delenv("QAI_HUB_API_TOKEN", raising=False)
+    monkeypatch.setenv("QAIHUB_CLIENT_INI", str(tmp_path / "none.ini"))
     monkeypatch.setenv("QNN_RELEASE_CACHE", str(built["cache"]))
     assert main(["device-numbers", str(built["out"])]) == 0
     numbers = json.loads((built["out"] / "device-numbers.json").read_text())
@@ -554,3 +556,18 @@ def test_a_job_without_outputs_keeps_its_timings_and_does_not_block_the_release(
     assert code == 0, text
     assert run["status"] == "failed" and run["latency"]["median_ms"] > 0 and run["parity"] is None
     assert "on-device parity not measured" in run["reason"]
+
+
+def test_the_client_ini_qai_hub_configure_writes_is_taken_too(built, monkeypatch, capsys, tmp_path):
+    """Without QAI_HUB_API_TOKEN, the client's own configuration: QAIHUB_CLIENT_INI (api_utils.py:67-82)."""
+    with _hub(built) as hub:
+        monkeypatch.delenv("QAI_HUB_API_TOKEN", raising=False)
+        monkeypatch.delenv("QAI_HUB_API_URL", raising=False)
+        monkeypatch.setenv("QAIHUB_CLIENT_INI", str(hub.ini(tmp_path / "client.ini")))
+        monkeypatch.setenv("QNN_RELEASE_CACHE", str(built["cache"]))
+        code = main(["device-numbers", str(built["out"]), "--soc", "SM8750", "--poll-seconds", "0"])
+        text = capsys.readouterr().out
+    (run,) = json.loads((built["out"] / "device-numbers.json").read_text())["targets"].values()
+    (built["out"] / "device-numbers.json").unlink()
+    assert code == 0 and run["status"] == "ok", text
+    assert hub.token not in text

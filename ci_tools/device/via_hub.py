@@ -84,17 +84,40 @@ def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[
     """Every target through AI Hub, into ``runs`` (target id -> run, filled as they end: the caller writes what
     there is if the run is stopped): (a note for the whole run, the runtimes offered)."""
     run = _Run(out, loaded, report, settings, runs)
-    token = env.get(TOKEN_ENV, "").strip()
+    token, url, note = credentials(env)
     if not token:
-        note = (f"no device numbers: {TOKEN_ENV} is not set (a fork's pull request, or a repository without "
-                "the secret)")
         for r in records:
             run.record(r, "skipped", note)
         return note, []
     run.deadline = time.monotonic() + settings.budget_seconds  # uploads, submissions and waiting, all of it
-    run.hub = Hub(token, env.get(URL_ENV) or DEFAULT_URL, log=log_path(out), deadline=run.deadline)
+    run.hub = Hub(token, url, log=log_path(out), deadline=run.deadline)
     note = _measure(run, records)
     return note, [f"{v} ({full})" for v, full, _ in run.runtimes]
+
+
+def credentials(env: Mapping[str, str]) -> tuple[str | None, str, str | None]:
+    """(token, API URL, why there is none): ``QAI_HUB_API_TOKEN`` (and ``QAI_HUB_API_URL``), else the client's
+    own configuration, the ini ``qai-hub configure`` writes (``QAIHUB_CLIENT_INI``, else
+    ``~/.qai_hub/client.ini``; section ``[api]``, ``api_token`` and ``api_url``: qai_hub/api_utils.py:67-82,
+    139-187)."""
+    import configparser
+
+    token = env.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, env.get(URL_ENV) or DEFAULT_URL, None
+    ini = Path(env.get("QAIHUB_CLIENT_INI") or Path.home() / ".qai_hub" / "client.ini").expanduser()
+    if ini.is_file():
+        cp = configparser.ConfigParser()
+        try:
+            cp.read(ini)
+            token = cp.get("api", "api_token", fallback="").strip()
+        except configparser.Error as e:
+            return None, DEFAULT_URL, f"no device numbers: {ini}: not an AI Hub client ini ({type(e).__name__})"
+        if token:
+            return token, cp.get("api", "api_url", fallback=DEFAULT_URL) or DEFAULT_URL, None
+        return None, DEFAULT_URL, f"no device numbers: {ini} has no [api] api_token"
+    return None, DEFAULT_URL, (f"no device numbers: {TOKEN_ENV} is not set and there is no AI Hub client ini (a "
+                               "fork's pull request, or a repository without the secret)")
 
 
 def _measure(run: _Run, records: list[TargetRecord]) -> str | None:
