@@ -139,3 +139,8 @@ def outputs_in_order(inp: DeviceInputs, names: dict[str, str], outputs: dict | N
     if any(len(outputs[k]) != len(inp.feeds) for k in keys):
         return f"the job returned {len(outputs[keys[0]])} entries for {len(inp.feeds)} inputs"
     return [[np.asarray(outputs[k][i]) for k in keys] for i in range(len(inp.feeds))]
+
+
+def log_path(out: Path) -> Path:
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    return out / "logs" / "device-numbers.log"

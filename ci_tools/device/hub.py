@@ -20,6 +20,7 @@ import re
 import statistics
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,31 @@ from .numbers import CpuBaseline, Device, Latency, Placement
 DEFAULT_URL = "https://workbench.aihub.qualcomm.com"
 TOKEN_ENV = "QAI_HUB_API_TOKEN"  # noqa: S105 (the name of the env var the release workflow sets from its secret)
 URL_ENV = "QAI_HUB_API_URL"  # another Hub deployment (or a stand-in); the default is Qualcomm's
+
+
+def credentials(env: Mapping[str, str]) -> tuple[str | None, str, str | None]:
+    """(token, API URL, why there is none): ``QAI_HUB_API_TOKEN`` (and ``QAI_HUB_API_URL``), else the client's
+    own configuration, the ini ``qai-hub configure`` writes (``QAIHUB_CLIENT_INI``, else
+    ``~/.qai_hub/client.ini``; section ``[api]``, ``api_token`` and ``api_url``: qai_hub/api_utils.py:67-82,
+    139-187)."""
+    import configparser
+
+    token = env.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, env.get(URL_ENV) or DEFAULT_URL, None
+    ini = Path(env.get("QAIHUB_CLIENT_INI") or Path.home() / ".qai_hub" / "client.ini").expanduser()
+    if ini.is_file():
+        cp = configparser.ConfigParser()
+        try:
+            cp.read(ini)
+            token = cp.get("api", "api_token", fallback="").strip()
+        except configparser.Error as e:
+            return None, DEFAULT_URL, f"no device numbers: {ini}: not an AI Hub client ini ({type(e).__name__})"
+        if token:
+            return token, cp.get("api", "api_url", fallback=DEFAULT_URL) or DEFAULT_URL, None
+        return None, DEFAULT_URL, f"no device numbers: {ini} has no [api] api_token"
+    return None, DEFAULT_URL, (f"no device numbers: {TOKEN_ENV} is not set and there is no AI Hub client ini (a "
+                               "fork's pull request, or a repository without the secret)")
 
 
 class HubFault(Exception):
@@ -190,13 +216,13 @@ class Hub:
 # -- from the profile to the numbers ------------------------------------------------------------
 
 
-def _ms(us) -> float | None:
+def ms(us) -> float | None:
     return round(float(us) / 1000.0, 3) if isinstance(us, (int, float)) and us > 0 else None
 
 
 def latency(summary: dict) -> Latency | None:
     times = [t for t in summary.get("all_inference_times") or [] if isinstance(t, (int, float)) and t > 0]
-    if not times and _ms(summary.get("estimated_inference_time")) is not None:
+    if not times and ms(summary.get("estimated_inference_time")) is not None:
         times = [summary["estimated_inference_time"]]
     if not times:
         return None

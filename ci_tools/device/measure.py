@@ -16,10 +16,8 @@ from pathlib import Path
 from ..compile.records import REPORT
 from ..matrix.schema import load_matrix
 from ..sources.store import sha256_file
-from .common import Settings, now, parity_failures, read_report, select_targets
+from .common import Settings, now, read_report, select_targets
 from .numbers import FILE, DeviceNumbers, DeviceRun
-
-__all__ = ["Settings", "device_numbers", "parity_failures"]  # the entry point and what callers need with it
 
 
 def device_numbers(out: Path, *, via: str = "ai-hub", soc: list[str] | None = None, model: list[str] | None = None,

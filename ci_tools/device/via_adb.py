@@ -31,10 +31,9 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache
 from .adb import Adb, AdbFault
-from .common import Settings, judge, major_minor, now, prepared_for, status_of
+from .common import Settings, judge, log_path, major_minor, now, prepared_for, status_of
 from .inputs import device_inputs
 from .numbers import Device, DeviceRun, Latency
-from .via_hub import log_path
 
 REMOTE = "/data/local/tmp/qnn-release"
 SYSTEM_DSP = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/system/lib/rfsa/adsp;/dsp"  # where the phone's own DSP libs live

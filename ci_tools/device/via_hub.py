@@ -26,17 +26,16 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache, sha256_file
 from .binary_io import BinaryIO
-from .common import NoRuntime, Settings, judge, major_minor, now, prepared_for, status_of, triple
+from .common import NoRuntime, Settings, judge, log_path, major_minor, now, prepared_for, status_of, triple
 from .hub import (
-    DEFAULT_URL,
-    TOKEN_ENV,
-    URL_ENV,
     Hub,
     HubFault,
     cpu_baseline,
+    credentials,
     device_info,
     latency,
     memory_mb,
+    ms,
     placement,
 )
 from .inputs import DeviceInputs, device_inputs
@@ -49,7 +48,6 @@ COLLECT_SECONDS = 300.0  # after the budget: downloading the finished jobs' prof
 @dataclass(kw_only=True)
 class _Job:
     record: TargetRecord
-    soc: Soc
     device: object  # the client's Device
     stands_in_for: str | None
     qairt: str
@@ -95,31 +93,6 @@ def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[
     return note, [f"{v} ({full})" for v, full, _ in run.runtimes]
 
 
-def credentials(env: Mapping[str, str]) -> tuple[str | None, str, str | None]:
-    """(token, API URL, why there is none): ``QAI_HUB_API_TOKEN`` (and ``QAI_HUB_API_URL``), else the client's
-    own configuration, the ini ``qai-hub configure`` writes (``QAIHUB_CLIENT_INI``, else
-    ``~/.qai_hub/client.ini``; section ``[api]``, ``api_token`` and ``api_url``: qai_hub/api_utils.py:67-82,
-    139-187)."""
-    import configparser
-
-    token = env.get(TOKEN_ENV, "").strip()
-    if token:
-        return token, env.get(URL_ENV) or DEFAULT_URL, None
-    ini = Path(env.get("QAIHUB_CLIENT_INI") or Path.home() / ".qai_hub" / "client.ini").expanduser()
-    if ini.is_file():
-        cp = configparser.ConfigParser()
-        try:
-            cp.read(ini)
-            token = cp.get("api", "api_token", fallback="").strip()
-        except configparser.Error as e:
-            return None, DEFAULT_URL, f"no device numbers: {ini}: not an AI Hub client ini ({type(e).__name__})"
-        if token:
-            return token, cp.get("api", "api_url", fallback=DEFAULT_URL) or DEFAULT_URL, None
-        return None, DEFAULT_URL, f"no device numbers: {ini} has no [api] api_token"
-    return None, DEFAULT_URL, (f"no device numbers: {TOKEN_ENV} is not set and there is no AI Hub client ini (a "
-                               "fork's pull request, or a repository without the secret)")
-
-
 def _measure(run: _Run, records: list[TargetRecord]) -> str | None:
     try:
         run.runtimes = run.hub.runtimes()
@@ -157,7 +130,7 @@ def _plan(run: _Run, r: TargetRecord) -> None:
         if key not in run._inputs:
             run._inputs[key] = device_inputs(run.loaded, run.report, run.loaded.matrix.model(r.model), prep,
                                              default_cache(), max_entries=run.settings.max_entries)
-        run.jobs.append(_Job(record=r, soc=soc, device=device, stands_in_for=stands_in, qairt=qairt,
+        run.jobs.append(_Job(record=r, device=device, stands_in_for=stands_in, qairt=qairt,
                              inputs=run._inputs[key], io=BinaryIO(ctx), names=qnn_ep.stub_io_names(ctx, prep)))
     except HubFault as f:
         run.record(r, f.status, f.reason)
@@ -323,7 +296,7 @@ def _collect(run: _Run, job: _Job) -> None:
     run.runs[r.id] = DeviceRun(
         via="ai-hub", status=status, reason=reason,
         qairt_runtime=tools.get("QAIRT") or tools.get("QNN") or job.qairt, latency=lat,
-        first_load_ms=_ms(summary.get("first_load_time")), warm_load_ms=_ms(summary.get("warm_load_time")),
+        first_load_ms=ms(summary.get("first_load_time")), warm_load_ms=ms(summary.get("warm_load_time")),
         peak_memory_mb=memory_mb(summary), placement=placement(profile.get("execution_detail") or []),
         parity=par if not isinstance(par, str) else None, cpu=base,
         speedup_vs_cpu=round(base.latency.median_ms / lat.median_ms, 2) if base and lat and lat.median_ms > 0
@@ -363,12 +336,3 @@ def _baseline(run: _Run, job: _Job):
     except HubFault:
         return None
     return cpu_baseline(profile, tools, job.cpu)
-
-
-def _ms(us) -> float | None:
-    return round(float(us) / 1000.0, 3) if isinstance(us, (int, float)) and us > 0 else None
-
-
-def log_path(out: Path) -> Path:
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    return out / "logs" / "device-numbers.log"
