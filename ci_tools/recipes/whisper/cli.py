@@ -50,7 +50,7 @@ def _folder(target: Path, tmp: Path) -> Path:
 
 
 def cmd_transcribe(args: argparse.Namespace) -> int:
-    from .runtime import Whisper, WhisperInputError, read_wav
+    from .runtime import Whisper, WhisperInputError, read_wav, segment_lines
 
     try:
         audio = [(c, read_wav(c)) for c in args.clips]  # every clip checked before minutes of emulator time
@@ -58,21 +58,26 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             model = Whisper(_folder(args.target, Path(tmp)), device="cpu" if args.cpu else None,
                             language=args.language)
             for clip, samples in audio:
-                r = model.transcribe(samples)
+                r = model.transcribe_long(samples)  # longer than 30 s: cut into windows (runtime.windows)
                 print(f"{clip}\t{r.text}" if len(audio) > 1 else r.text)
-                print(f"{clip}: {model.device}, encoder {r.encoder_seconds:.2f} s, {len(r.decoder_seconds)} decoder "
-                      f"steps {sum(r.decoder_seconds):.2f} s", file=sys.stderr)
+                for line in segment_lines(r) if args.segments else []:
+                    print(f"{clip}\t{line}" if len(audio) > 1 else line)
+                print(f"{clip}: {model.device}, {len(r.segments)} window(s), encoder {r.encoder_seconds:.2f} s, "
+                      f"{len(r.decoder_seconds)} decoder steps {sum(r.decoder_seconds):.2f} s", file=sys.stderr)
     except WhisperInputError as e:
         raise UsageError(str(e)) from None
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("transcribe", help="transcribe 16 kHz mono WAVs with a Whisper build (HTP emulator or CPU)")
+    p = sub.add_parser("transcribe", help="transcribe 16 kHz mono WAVs of any length with a Whisper build "
+                                          "(HTP emulator or CPU)")
     p.add_argument("clips", nargs="+", type=Path)
     p.add_argument("--target", type=Path, required=True,
                    help="an unpacked Whisper archive, an export folder, or a build target "
                         "dist/<model>.encoder.<soc>.<precision>")
     p.add_argument("--cpu", action="store_true", help="the exported graphs on CPU instead of the context binaries")
     p.add_argument("--language", default=None, help="default: the export's (en)")
+    p.add_argument("--segments", action="store_true",
+                   help="also one line per window ([start -> end] text): audio over 30 s is cut into windows")
     p.set_defaults(func=cmd_transcribe)

@@ -4,7 +4,11 @@ Self-contained on purpose (numpy, onnxruntime, tokenizers; onnxruntime-qnn for t
 release archives ship this file as ``transcribe.py``, so an unpacked archive transcribes with
 nothing else. ``qnn-release transcribe`` and the build's transcript verification use it too.
 
-    python transcribe.py clip.wav [more.wav ...] [--cpu DIR] [--language en]
+    python transcribe.py clip.wav [more.wav ...] [--cpu] [--dir DIR] [--language en] [--segments]
+
+A recording longer than 30 s is cut into windows of at most 30 s (``windows``: each cut falls in the
+quietest fifth of a second of the window's last 10 s, so a cut lands between words, not in one) and each
+window is transcribed on its own; a window Whisper takes for silence is dropped by Whisper's own rule.
 
 The folder holds ``encoder_ctx.onnx`` + ``decoder_ctx.onnx`` (QNN context binaries: the HTP, or
 its emulator on x86-64) or ``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on CPU), and
@@ -28,6 +32,19 @@ HOP = 160
 CHUNK_SECONDS = 30
 N_SAMPLES = SAMPLE_RATE * CHUNK_SECONDS  # 480000 samples: the encoder's fixed 30 s window
 N_FRAMES = N_SAMPLES // HOP  # 3000 mel frames
+# Long recordings: Whisper without timestamps moves on by whole 30 s windows (openai-whisper transcribe.py,
+# faster-whisper generate_segments: ``seek += segment_size``), cutting through whatever word is spoken at
+# 30 s. The rule here: cut at the quietest QUIET_SECONDS (mean power of 10 ms frames) of the window's last
+# CUT_SEARCH_SECONDS, the latest of equally quiet places (fewer windows), so a pause takes the cut.
+CUT_SEARCH_SECONDS = 10
+QUIET_SECONDS = 0.2
+# Whisper's no-speech rule (openai-whisper DecodingOptions / transcribe defaults): a window is silence when
+# P(<|nospeech|>) at the start token exceeds 0.6 and the average log-probability of its tokens is below -1.
+NO_SPEECH_THRESHOLD = 0.6
+LOGPROB_THRESHOLD = -1.0
+# Whisper's rule keeps its "you" on digital silence (P(no speech) 0.93 but log-probability -0.45 with Whisper
+# base): a window quieter than -60 dBFS (RMS) is silence without running the model.
+SILENCE_RMS = 10 ** (-60 / 20)
 
 
 class WhisperInputError(ValueError):
@@ -111,12 +128,57 @@ def log_mel(audio: np.ndarray, filters: np.ndarray) -> np.ndarray:
 # -- the model ---------------------------------------------------------------------------------
 
 
+def windows(audio: np.ndarray, sr: int = SAMPLE_RATE) -> list[tuple[int, int]]:
+    """Where a recording is cut into encoder windows: ``(start, end)`` sample ranges that cover it end to
+    end, each at most 30 s; a recording of 30 s or less is one window. See CUT_SEARCH_SECONDS."""
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    n, size = audio.size, sr * CHUNK_SECONDS
+    if n <= size:
+        return [(0, n)]
+    hop = sr // 100  # 10 ms frames
+    power = np.square(audio[:n // hop * hop].astype(np.float64)).reshape(-1, hop).mean(axis=1)
+    width = max(1, round(QUIET_SECONDS * 100))
+    quiet = np.convolve(power, np.ones(width) / width, mode="valid")  # quiet[j]: frames j .. j+width-1
+    out, start = [], 0
+    while n - start > size:
+        # candidate stretches lie wholly inside [end - CUT_SEARCH_SECONDS, end]; the cut is a stretch's middle
+        lo = -(-(start + size - CUT_SEARCH_SECONDS * sr) // hop)
+        hi = min((start + size) // hop - width, quiet.size - 1)
+        if hi < lo:
+            cut = start + size
+        else:
+            span = quiet[lo:hi + 1]
+            j = lo + span.size - 1 - int(np.argmin(span[::-1]))  # the latest of the quietest
+            cut = min((j + width // 2) * hop, start + size)
+        out.append((start, cut))
+        start = cut
+    out.append((start, n))
+    return out
+
+
+@dataclass
+class Segment:
+    start: float  # seconds into the recording
+    end: float
+    text: str
+    no_speech: bool = False  # dropped by Whisper's no-speech rule
+
+
 @dataclass
 class Transcript:
     text: str
     tokens: list[int]
     encoder_seconds: float
     decoder_seconds: list[float] = field(default_factory=list)  # one per decoder step (prompt included)
+    no_speech_prob: float | None = None  # P(<|nospeech|>) at the start token (None: no such token)
+    avg_logprob: float = 0.0  # mean log-probability of the chosen tokens, end of text included
+    segments: list[Segment] = field(default_factory=list)  # long form: one per window
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    top = np.max(x[np.isfinite(x)]) if np.isfinite(x).any() else 0.0
+    return x - top - np.log(np.sum(np.exp(x - top)))
 
 
 def _session(path: Path, device: str, soc_model: str | None = None, htp_arch: str | None = None):
@@ -185,6 +247,8 @@ class Whisper:
         self.suppress[[i for i in self.config["suppress"] if i < vocab]] = True
         self.suppress[t["timestamp_begin"]:] = True  # no timestamps: they are never sampled
         self.suppress_begin = np.array([i for i in self.config["suppress_begin"] if i < vocab], dtype=np.int64)
+        no_speech = self.tokenizer.token_to_id("<|nospeech|>")
+        self.no_speech = no_speech if no_speech is not None else self.tokenizer.token_to_id("<|nocaptions|>")
 
     def features(self, audio: np.ndarray) -> np.ndarray:
         return log_mel(audio, self.filters)
@@ -210,7 +274,7 @@ class Whisper:
         if max_tokens is None:
             max_tokens = self.config.get("max_tokens") or n_ctx
         limit = len(self.prompt) + min(n_ctx // 2, max_tokens)
-        offset = 0
+        offset, no_speech_prob, logprob = 0, None, 0.0
         while len(tokens) < limit:
             feed = {"tokens": np.array([[tokens[offset]]], np.int32), "self_k_cache": k_cache,
                     "self_v_cache": v_cache, "cross_k": cross_k, "cross_v": cross_v,
@@ -221,6 +285,8 @@ class Whisper:
             if observe:
                 observe("decoder", feed, [logits, k_cache, v_cache])
             offset += 1
+            if offset == 1 and self.no_speech is not None and self.no_speech < logits.size:
+                no_speech_prob = float(np.exp(_log_softmax(logits.reshape(-1))[self.no_speech]))
             if offset < len(self.prompt):
                 continue  # still reading the prompt
             scores = logits.reshape(-1).astype(np.float64)
@@ -228,15 +294,45 @@ class Whisper:
             if len(tokens) == len(self.prompt):  # suppress_blank: no blank or end as the first token
                 scores[self.suppress_begin] = -np.inf
             nxt = int(np.argmax(scores))
+            logprob += float(_log_softmax(scores)[nxt])
             if nxt == self.eot:
                 break
             tokens.append(nxt)
         text_tokens = tokens[len(self.prompt):]
         text = self.tokenizer.decode(text_tokens, skip_special_tokens=True).strip()
-        return Transcript(text=text, tokens=text_tokens, encoder_seconds=enc_seconds, decoder_seconds=steps)
+        return Transcript(text=text, tokens=text_tokens, encoder_seconds=enc_seconds, decoder_seconds=steps,
+                          no_speech_prob=no_speech_prob, avg_logprob=logprob / (len(text_tokens) + 1))
+
+    def transcribe_long(self, audio: np.ndarray, max_tokens: int | None = None) -> Transcript:
+        """Any length: each of ``windows(audio)`` transcribed on its own (no previous text as a prompt: every
+        prompt token is a decoder step); windows quieter than SILENCE_RMS, or that Whisper's no-speech rule calls
+        silence, are dropped."""
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        texts, tokens, segments, enc, steps = [], [], [], 0.0, []
+        for a, b in windows(audio):
+            if not np.sqrt(np.mean(np.square(audio[a:b], dtype=np.float64))) >= SILENCE_RMS:
+                segments.append(Segment(start=a / SAMPLE_RATE, end=b / SAMPLE_RATE, text="", no_speech=True))
+                continue
+            r = self.transcribe(audio[a:b], max_tokens=max_tokens)
+            silent = (r.no_speech_prob is not None and r.no_speech_prob > NO_SPEECH_THRESHOLD
+                      and r.avg_logprob < LOGPROB_THRESHOLD)
+            segments.append(Segment(start=a / SAMPLE_RATE, end=b / SAMPLE_RATE, text=r.text, no_speech=silent))
+            enc += r.encoder_seconds
+            steps += r.decoder_seconds
+            if not silent and r.text:
+                texts.append(r.text)
+                tokens += r.tokens
+        return Transcript(text=" ".join(texts), tokens=tokens, encoder_seconds=enc, decoder_seconds=steps,
+                          segments=segments)
 
     def transcribe_file(self, path: str | Path, **kw) -> Transcript:
-        return self.transcribe(read_wav(path), **kw)
+        """A WAV file of any length (``transcribe_long``)."""
+        return self.transcribe_long(read_wav(path), **kw)
+
+
+def segment_lines(r: Transcript) -> list[str]:
+    """``[0.00 -> 27.43] text`` per window, as Whisper prints segments (``(no speech)`` for a dropped one)."""
+    return [f"[{s.start:.2f} -> {s.end:.2f}] {'(no speech)' if s.no_speech else s.text}" for s in r.segments]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,14 +344,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="the folder with the graphs (default: this script's)")
     p.add_argument("--cpu", action="store_true", help="use encoder.onnx/decoder.onnx on CPU")
     p.add_argument("--language", default=None)
+    p.add_argument("--segments", action="store_true", help="one line per 30 s window, with its times")
     args = p.parse_args(argv)
     try:
+        audio = [(clip, read_wav(clip)) for clip in args.clips]  # every file checked before any decoding
         model = Whisper(args.dir, device="cpu" if args.cpu else None, language=args.language)
-        for clip in args.clips:
-            r = model.transcribe_file(clip)
+        for clip, samples in audio:
+            r = model.transcribe_long(samples)
             print(f"{clip}: {r.text}")
-            print(f"  encoder {r.encoder_seconds:.2f} s, {len(r.decoder_seconds)} decoder steps "
-                  f"{np.mean(r.decoder_seconds) * 1000:.1f} ms each", file=sys.stderr)
+            for line in segment_lines(r) if args.segments else []:
+                print(f"  {line}")
+            each = f" {np.mean(r.decoder_seconds) * 1000:.1f} ms each" if r.decoder_seconds else ""
+            print(f"  {len(r.segments)} window(s), encoder {r.encoder_seconds:.2f} s, {len(r.decoder_seconds)} "
+                  f"decoder steps{each}", file=sys.stderr)
     except WhisperInputError as e:
         print(f"transcribe: error: {e}", file=sys.stderr)
         return 2
