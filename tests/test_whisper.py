@@ -248,6 +248,47 @@ def test_a_transcript_too_far_from_cpu_fails_both_graphs():
         assert "WER 0.250 > 0.0" in r.error and "lights.wav" in r.error and "Turn of the" in r.error
 
 
+def test_decoding_along_another_transcript_says_where_it_leaves_the_best_tokens(tiny):
+    """What the near-tie judge runs on CPU: decode along HTP's tokens, and name each step that is not the best."""
+    root, _, _ = tiny
+    model = runtime.Whisper(root / "exp", device="cpu")
+    audio = runtime.read_wav(CLIPS / "compile.wav")
+    own = model.transcribe(audio, max_tokens=6)
+    follow = own.tokens + ([model.eot] if own.ended else [])
+    assert model.transcribe(audio, max_tokens=6, follow=follow).departures == []
+    other = next(t for t in range(256) if t != own.tokens[1])
+    changed = [own.tokens[0], other, *own.tokens[2:]]
+    again = model.transcribe(audio, max_tokens=6, follow=changed)
+    assert again.tokens == changed[:len(again.tokens)] and again.departures[0]["token"] == other
+    first = again.departures[0]
+    assert first["offset"] == len(model.prompt) and first["best"] == own.tokens[1] and first["gap"] > 0
+
+
+def test_a_transcript_that_differs_only_by_near_ties_passes_and_says_where():
+    """The HTP transcript differs from CPU's, and at the one step where it parted CPU, decoding along HTP's
+    tokens, rated HTP's token within NEAR_TIE_NATS of its own: a near-tie, not an error. A step beyond that
+    bound anywhere in a differing window, or a result without the steps (an older check), fails as before."""
+    model = load_matrix(REPO / "matrix" / "whisper.yaml").matrix.model("whisper-base")
+    rs = [TargetRecord.make(id=f"whisper-base.{g}.sm8650.fp16", model="whisper-base", graph=g, soc="SM8650",
+                            precision="fp16", status="ok") for g in ("encoder", "decoder")]
+    tie = {"offset": 9, "cpu": " Cloves", "htp": " Clothes", "gap": round(check.NEAR_TIE_NATS / 2, 4)}
+    differs = {"file": "002.wav", "cpu": "Four Queen of Cloves.", "htp": "Four Queen of Clothes.",
+               "wer_vs_cpu": 0.25, "divergent_steps": [tie]}
+    same = {"file": "001.wav", "cpu": "Ten of clubs.", "htp": "Ten of Clubs.", "wer_vs_cpu": 0.0,
+            "divergent_steps": [{**tie, "gap": 3.0}]}  # a capital: the same words, judged by WER as before
+    result = {"clips": [differs, same], "wer_vs_cpu": 0.125, "parity": {}, "emulator_seconds_per_encoder_run": 1.0,
+              "emulator_seconds_per_decoder_step": 0.1}
+    for r in check._apply(model, rs, result, None, recorded=True):
+        assert r.status == "ok" and r.verified and r.verified_on == "real-samples"
+        assert r.transcript["near_ties"] == [{"file": "002.wav", **tie}]
+        assert r.transcript["near_tie_nats"] == check.NEAR_TIE_NATS
+    for bad in ({**differs, "divergent_steps": [tie, {**tie, "gap": check.NEAR_TIE_NATS * 4}]},
+                {k: v for k, v in differs.items() if k != "divergent_steps"},
+                {**differs, "divergent_steps": []}):
+        for r in check._apply(model, rs, {**result, "clips": [bad, same]}, None):
+            assert r.status == "failed" and "WER 0.125 > 0.0" in r.error and "Clothes" in r.error
+
+
 def test_whisper_matrix_every_chip_fp16_and_one_w8a16():
     loaded = load_matrix(REPO / "matrix" / "whisper.yaml")
     targets = plan(loaded)

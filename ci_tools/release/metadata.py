@@ -149,6 +149,14 @@ class ExportCheck(_M):
     skipped: str | None = None
 
 
+class NearTie(_M):
+    file: str = Field(description="the clip or packed window")
+    offset: int = Field(description="the decoder step (position in the token sequence)")
+    cpu: str = Field(description="the token CPU rates best at that step, decoding along HTP's tokens")
+    htp: str = Field(description="the token HTP picked")
+    gap: float = Field(description="CPU's log-probability of its token minus HTP's (natural log; 0 is a tie)")
+
+
 class TranscriptNumbers(_M):
     agree: int = Field(description="clips whose HTP transcript equals the CPU transcript")
     wer_vs_cpu: float
@@ -169,6 +177,10 @@ class TranscriptNumbers(_M):
         "x86-64 HTP EMULATOR: what the check costs, not what a phone does")
     clips: list[TranscriptClip]
     export_check: ExportCheck
+    near_ties: list[NearTie] | None = Field(
+        default=None, description="where the HTP transcript differs from CPU's only through near-ties: each step "
+        "where the two pick other tokens on the same inputs, CPU's gap within near_tie_nats (passes the check)")
+    near_tie_nats: float | None = Field(default=None, description="the bound on CPU's gap for a near-tie")
 
 
 class Metadata(_M):

@@ -122,7 +122,8 @@ def _transcript(t: dict | None) -> dict | None:
     return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"],
             "cpu_wer_all": t.get("cpu_wer_all"), "cpu_clips_all": t.get("cpu_clips_all"),
             "encoder_s": t.get("emulator_seconds_per_encoder_run"),
-            "step_s": t.get("emulator_seconds_per_decoder_step"), "rtf": t.get("emulator_real_time_factor")}
+            "step_s": t.get("emulator_seconds_per_decoder_step"), "rtf": t.get("emulator_real_time_factor"),
+            "near_ties": [f"{n['cpu'].strip()}/{n['htp'].strip()}" for n in t.get("near_ties") or []]}
 
 
 def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:

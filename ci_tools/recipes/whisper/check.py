@@ -29,9 +29,14 @@ from ...util.files import write_json
 from ...util.metrics import compare, worst
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, read_wav
 
-CHECK_VERSION = 3  # bump when a change here should verify every chip again (3: clips packed into windows)
+CHECK_VERSION = 4  # bump when a change here should verify every chip again (3: clips packed into windows;
+# 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties)
 GAP_SECONDS = 0.5  # silence between two clips packed into one window
 DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
+# A near-tie: where HTP's transcript leaves CPU's, CPU (decoding along HTP's tokens) rates HTP's token within this
+# many nats of its own best. Measured: Whisper base fp16 on SM8650, "Four Queen of Clothes" for CPU's "Cloves"
+# (' Cl' for ' Clo'): 0.0093 nats, probabilities within 1 %. 0.1 nats is probabilities within 10.5 %.
+NEAR_TIE_NATS = 0.1
 
 
 @dataclass(frozen=True)
@@ -242,7 +247,8 @@ def _check_chip(job: dict) -> dict:
                           "htp_tokens": got.tokens, "encoder_seconds": round(got.encoder_seconds, 3),
                           "decoder_steps": len(got.decoder_seconds),
                           "audio_seconds": round(len(audio) / SAMPLE_RATE, 3),
-                          "decoder_seconds": round(sum(got.decoder_seconds), 3)})
+                          "decoder_seconds": round(sum(got.decoder_seconds), 3),
+                          "divergent_steps": _divergence(cpu, audio, got, job["max_tokens"])})
     for c in clips:
         c["wer_vs_cpu"] = wer([(c["cpu"], c["htp"])])
         c["wer"] = wer([(c["reference"], c["htp"])])
@@ -257,6 +263,17 @@ def _check_chip(job: dict) -> dict:
             "parity": {g: worst(p).as_dict() for g, p in parity.items() if p},
             "cpu_wer_all": job.get("cpu_wer"), "cpu_clips_all": len(job["cpu"]),
             "seconds": round(time.monotonic() - started, 3)}
+
+
+def _divergence(cpu: Whisper, audio: np.ndarray, htp, max_tokens: int) -> list[dict]:
+    """Where HTP's transcript leaves CPU's: CPU decodes the window along HTP's tokens (its own encoder output
+    and caches), and at each step where HTP's token is not CPU's best, says both and CPU's gap between them
+    (natural log-probability; 0 is a tie). Costs CPU time only: one encoder run and the steps."""
+    follow = htp.tokens + ([cpu.eot] if htp.ended else [])
+    forced = cpu.transcribe(audio, max_tokens=max_tokens, follow=follow)
+    name = lambda t: cpu.tokenizer.decode([t], skip_special_tokens=False)  # noqa: E731
+    return [{"offset": d["offset"], "cpu": name(d["best"]), "htp": name(d["token"]), "gap": d["gap"]}
+            for d in forced.departures]
 
 
 def _cpu_transcripts(export_dir: Path, clips: list[Clip], language: str, max_tokens: int) -> dict:
@@ -386,7 +403,10 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
         r = r.with_(transcript=summary, **({"parity": parity} if parity is not None else {}),
                     emulator_seconds=(result["emulator_seconds_per_encoder_run"] if r.graph == "encoder"
                                       else result["emulator_seconds_per_decoder_step"]))
-        if result["wer_vs_cpu"] > limit:
+        near_ties = _near_ties(result)
+        if near_ties is not None:
+            r = r.with_(transcript={**summary, "near_ties": near_ties, "near_tie_nats": NEAR_TIE_NATS})
+        if result["wer_vs_cpu"] > limit and near_ties is None:
             worst_clip = max(result["clips"], key=lambda c: c["wer_vs_cpu"])
             r = _fail(r, VerifyError(
                 f"{r.id}: the emulator transcript differs from CPU: WER {result['wer_vs_cpu']:.3f} > {limit} "
@@ -398,6 +418,22 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
             r = r.with_(verified=True, verified_on=REAL if recorded else GENERATED)
         out.append(r)
     return out
+
+
+def _near_ties(result: dict) -> list[dict] | None:
+    """Where HTP's transcript differs from CPU's only through near-ties: every step of a differing window where
+    HTP's token is not the one CPU rates best (decoding along HTP's tokens) is within NEAR_TIE_NATS of it.
+    None when a window differs otherwise, or none differs."""
+    differing = [c for c in result["clips"] if c["wer_vs_cpu"] > 0]
+    if not differing or any("divergent_steps" not in c for c in result["clips"]):
+        return None
+    ties = []
+    for c in differing:
+        steps = c["divergent_steps"]
+        if not steps or any(d["gap"] > NEAR_TIE_NATS for d in steps):
+            return None
+        ties += [{"file": c["file"], **d} for d in steps]
+    return ties
 
 
 def _fail(r: TargetRecord, e: QnnReleaseError) -> TargetRecord:

@@ -41,7 +41,7 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
     audio = sum(c.get("audio_seconds") or 0 for c in transcript["clips"])
     busy = sum(c["encoder_seconds"] + c["decoder_seconds"] for c in transcript["clips"])
     numbers["emulator_real_time_factor"] = round(busy / audio, 3) if audio else None
-    numbers.update({k: transcript.get(k) for k in ("cpu_wer_all", "cpu_clips_all")})
+    numbers.update({k: transcript.get(k) for k in ("cpu_wer_all", "cpu_clips_all", "near_ties", "near_tie_nats")})
     numbers["recorded"] = model.verify.recordings is not None
     keys = ("file", "reference", "cpu", "htp", "wer_vs_cpu", "wer", "encoder_seconds", "decoder_steps",
             "decoder_seconds")

@@ -173,9 +173,11 @@ class Transcript:
     no_speech_prob: float | None = None  # P(<|nospeech|>) at the start token (None: no such token)
     avg_logprob: float = 0.0  # mean log-probability of the chosen tokens, end of text included
     segments: list[Segment] = field(default_factory=list)  # long form: one per window
+    ended: bool = False  # decoding stopped at the end-of-text token (not at the token limit)
+    departures: list[dict] = field(default_factory=list)  # with ``follow``: steps not taking the best token
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
+def log_softmax(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     top = np.max(x[np.isfinite(x)]) if np.isfinite(x).any() else 0.0
     return x - top - np.log(np.sum(np.exp(x - top)))
@@ -257,8 +259,20 @@ class Whisper:
         cross_k, cross_v = self.encoder.run(["cross_k", "cross_v"], {"mel": mel})
         return cross_k, cross_v
 
-    def transcribe(self, audio: np.ndarray, max_tokens: int | None = None, observe=None) -> Transcript:
-        """Greedy decoding of the first 30 s; ``observe(kind, inputs, outputs)`` sees every graph run."""
+    def scores(self, logits: np.ndarray, first: bool) -> np.ndarray:
+        """A step's logits as greedy decoding ranks them: suppressed tokens at -inf (and, for the ``first``
+        text token, suppress_blank: no blank or end of text)."""
+        scores = np.asarray(logits, dtype=np.float64).reshape(-1).copy()
+        scores[self.suppress] = -np.inf
+        if first:
+            scores[self.suppress_begin] = -np.inf
+        return scores
+
+    def transcribe(self, audio: np.ndarray, max_tokens: int | None = None, observe=None,
+                   follow: list[int] | None = None) -> Transcript:
+        """Greedy decoding of the first 30 s; ``observe(kind, inputs, outputs)`` sees every graph run.
+        ``follow``: decode these tokens instead of the best ones (another decoder's transcript, its end of text
+        included when it ended), and say in ``departures`` where and how far each is from the best."""
         mel = self.features(audio)
         t0 = time.monotonic()
         cross_k, cross_v = self.encode(mel)
@@ -274,7 +288,7 @@ class Whisper:
         if max_tokens is None:
             max_tokens = self.config.get("max_tokens") or n_ctx
         limit = len(self.prompt) + min(n_ctx // 2, max_tokens)
-        offset, no_speech_prob, logprob = 0, None, 0.0
+        offset, no_speech_prob, logprob, ended, departures = 0, None, 0.0, False, []
         while len(tokens) < limit:
             feed = {"tokens": np.array([[tokens[offset]]], np.int32), "self_k_cache": k_cache,
                     "self_v_cache": v_cache, "cross_k": cross_k, "cross_v": cross_v,
@@ -286,22 +300,29 @@ class Whisper:
                 observe("decoder", feed, [logits, k_cache, v_cache])
             offset += 1
             if offset == 1 and self.no_speech is not None and self.no_speech < logits.size:
-                no_speech_prob = float(np.exp(_log_softmax(logits.reshape(-1))[self.no_speech]))
+                no_speech_prob = float(np.exp(log_softmax(logits.reshape(-1))[self.no_speech]))
             if offset < len(self.prompt):
                 continue  # still reading the prompt
-            scores = logits.reshape(-1).astype(np.float64)
-            scores[self.suppress] = -np.inf
-            if len(tokens) == len(self.prompt):  # suppress_blank: no blank or end as the first token
-                scores[self.suppress_begin] = -np.inf
-            nxt = int(np.argmax(scores))
-            logprob += float(_log_softmax(scores)[nxt])
+            scores = self.scores(logits, first=len(tokens) == len(self.prompt))
+            nxt = best = int(np.argmax(scores))
+            if follow is not None:
+                if len(tokens) - len(self.prompt) >= len(follow):
+                    break
+                nxt = int(follow[len(tokens) - len(self.prompt)])
+            lp = log_softmax(scores)
+            if nxt != best:
+                departures.append({"offset": offset - 1, "best": best, "token": nxt,
+                                   "gap": round(float(lp[best] - lp[nxt]), 4)})
+            logprob += float(lp[nxt])
             if nxt == self.eot:
+                ended = True
                 break
             tokens.append(nxt)
         text_tokens = tokens[len(self.prompt):]
         text = self.tokenizer.decode(text_tokens, skip_special_tokens=True).strip()
         return Transcript(text=text, tokens=text_tokens, encoder_seconds=enc_seconds, decoder_seconds=steps,
-                          no_speech_prob=no_speech_prob, avg_logprob=logprob / (len(text_tokens) + 1))
+                          no_speech_prob=no_speech_prob, avg_logprob=logprob / (len(text_tokens) + 1), ended=ended,
+                          departures=departures)
 
     def transcribe_long(self, audio: np.ndarray, max_tokens: int | None = None) -> Transcript:
         """Any length: each of ``windows(audio)`` transcribed on its own (no previous text as a prompt: every
