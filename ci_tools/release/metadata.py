@@ -155,6 +155,8 @@ class NearTie(_M):
     cpu: str = Field(description="the token CPU rates best at that step, decoding along HTP's tokens")
     htp: str = Field(description="the token HTP picked")
     gap: float = Field(description="CPU's log-probability of its token minus HTP's (natural log; 0 is a tie)")
+    htp_gap: float | None = Field(default=None, description="HTP's log-probability of its token minus CPU's, from "
+                                  "its own logits at that step")
 
 
 class TranscriptNumbers(_M):

@@ -27,7 +27,7 @@ from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
 from ...util.metrics import compare, worst
-from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, read_wav
+from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
 
 CHECK_VERSION = 4  # bump when a change here should verify every chip again (3: clips packed into windows;
 # 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties)
@@ -108,7 +108,7 @@ def chip_clips(clips: list[Clip], turn: int, per_chip: int) -> list[Clip]:
     return [clips[(turn * n + i) % len(clips)] for i in range(n)]
 
 
-def windows(clips: list[Clip], pack: bool) -> list[list[Clip]]:
+def pack_windows(clips: list[Clip], pack: bool) -> list[list[Clip]]:
     """The clips in Whisper's 30-second windows, in order: as many as fit each window (with ``GAP_SECONDS`` of
     silence between them) when ``pack``, else one clip per window. The encoder always runs on a whole
     window, padded: packing does in one run what took one per clip."""
@@ -230,25 +230,31 @@ def _check_chip(job: dict) -> dict:
         load_seconds = time.monotonic() - loading
         cpu = Whisper(export_dir, device="cpu", language=job["language"])
         parity: dict[str, list] = {"encoder": [], "decoder": []}
+        htp_logits: dict[int, np.ndarray] = {}  # this window's HTP logits by decoder step (offset)
 
         def observe(kind, feed, outputs):
             ref = (cpu.encoder if kind == "encoder" else cpu.decoder).run(None, feed)
             parity[kind].append(compare(np.concatenate([np.ravel(r) for r in ref]),
                                         np.concatenate([np.ravel(o) for o in outputs])))
+            if kind == "decoder":
+                htp_logits[int(feed["offset"][0])] = outputs[0]
 
         clips = []
         for c in job["clips"]:  # a window: one clip, or several packed
             audio = window_audio(c["paths"])
             said_on_cpu = job["cpu"][c["name"]] if len(c["paths"]) == 1 else \
                 cpu.transcribe(audio, max_tokens=job["max_tokens"]).text
+            htp_logits.clear()
             got = htp.transcribe(audio, max_tokens=job["max_tokens"], observe=observe)
+            departures = [] if got.text == said_on_cpu else \
+                _divergence(cpu, audio, got, job["max_tokens"], htp_logits)
             clips.append({"file": c["name"], "files": c["names"], "reference": c["text"], "cpu": said_on_cpu,
                           "htp": got.text,
                           "htp_tokens": got.tokens, "encoder_seconds": round(got.encoder_seconds, 3),
                           "decoder_steps": len(got.decoder_seconds),
                           "audio_seconds": round(len(audio) / SAMPLE_RATE, 3),
                           "decoder_seconds": round(sum(got.decoder_seconds), 3),
-                          "divergent_steps": _divergence(cpu, audio, got, job["max_tokens"])})
+                          "htp_ended": got.ended, "divergent_steps": departures})
     for c in clips:
         c["wer_vs_cpu"] = wer([(c["cpu"], c["htp"])])
         c["wer"] = wer([(c["reference"], c["htp"])])
@@ -265,15 +271,29 @@ def _check_chip(job: dict) -> dict:
             "seconds": round(time.monotonic() - started, 3)}
 
 
-def _divergence(cpu: Whisper, audio: np.ndarray, htp, max_tokens: int) -> list[dict]:
+def _divergence(cpu: Whisper, audio: np.ndarray, htp, max_tokens: int, htp_logits: dict) -> list[dict]:
     """Where HTP's transcript leaves CPU's: CPU decodes the window along HTP's tokens (its own encoder output
-    and caches), and at each step where HTP's token is not CPU's best, says both and CPU's gap between them
-    (natural log-probability; 0 is a tie). Costs CPU time only: one encoder run and the steps."""
+    and caches), and at each step where HTP's token is not CPU's best, says both, CPU's gap between them
+    (natural log-probability; 0 is a tie) and HTP's own (from its logits at that step: information, the rule
+    reads CPU's). Costs CPU time only: one encoder run and the steps."""
     follow = htp.tokens + ([cpu.eot] if htp.ended else [])
     forced = cpu.transcribe(audio, max_tokens=max_tokens, follow=follow)
     name = lambda t: cpu.tokenizer.decode([t], skip_special_tokens=False)  # noqa: E731
-    return [{"offset": d["offset"], "cpu": name(d["best"]), "htp": name(d["token"]), "gap": d["gap"]}
-            for d in forced.departures]
+    out = []
+    for d in forced.departures:
+        best, token = d["best"], d["token"]
+        htp_gap = None
+        if d["offset"] in htp_logits:
+            lp = log_softmax(cpu.scores(htp_logits[d["offset"]], first=d["offset"] == len(cpu.prompt) - 1))
+            htp_gap = _finite(lp[token] - lp[best])
+        out.append({"offset": d["offset"], "cpu": name(best), "htp": name(token), "gap": _finite(d["gap"]),
+                    "htp_gap": htp_gap, "end_of_text": cpu.eot in (best, token)})
+    return out
+
+
+def _finite(x: float) -> float | None:
+    """A gap for JSON: None where a token is suppressed (an infinite gap)."""
+    return round(float(x), 4) if np.isfinite(x) else None
 
 
 def _cpu_transcripts(export_dir: Path, clips: list[Clip], language: str, max_tokens: int) -> dict:
@@ -315,7 +335,8 @@ def check_transcripts(loaded, records: dict[str, TargetRecord], exports: dict[st
         pending, results = [], {}
         cpu = None
         for (soc, precision), rs in sorted(groups.items()):
-            mine = windows(chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip), model.verify.pack)
+            mine = pack_windows(chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip),
+                                model.verify.pack)
             key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
             cached = store / f"{key}.json"
             if cached.is_file() and not force:
@@ -403,14 +424,15 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
         r = r.with_(transcript=summary, **({"parity": parity} if parity is not None else {}),
                     emulator_seconds=(result["emulator_seconds_per_encoder_run"] if r.graph == "encoder"
                                       else result["emulator_seconds_per_decoder_step"]))
-        near_ties = _near_ties(result)
+        near_ties, not_near = _near_ties(result)
         if near_ties is not None:
             r = r.with_(transcript={**summary, "near_ties": near_ties, "near_tie_nats": NEAR_TIE_NATS})
         if result["wer_vs_cpu"] > limit and near_ties is None:
             worst_clip = max(result["clips"], key=lambda c: c["wer_vs_cpu"])
             r = _fail(r, VerifyError(
                 f"{r.id}: the emulator transcript differs from CPU: WER {result['wer_vs_cpu']:.3f} > {limit} "
-                f"({worst_clip['file']}: HTP {worst_clip['htp']!r}, CPU {worst_clip['cpu']!r})",
+                f"({worst_clip['file']}: HTP {worst_clip['htp']!r}, CPU {worst_clip['cpu']!r}"
+                f"{'; ' + not_near if not_near else ''})",
                 hint=f"raise verify.max_wer_vs_cpu.{precision} if this precision is expected to drift, "
                      "or check the calibration"))
         else:
@@ -420,20 +442,37 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
     return out
 
 
-def _near_ties(result: dict) -> list[dict] | None:
-    """Where HTP's transcript differs from CPU's only through near-ties: every step of a differing window where
-    HTP's token is not the one CPU rates best (decoding along HTP's tokens) is within NEAR_TIE_NATS of it.
-    None when a window differs otherwise, or none differs."""
+def _near_ties(result: dict) -> tuple[list[dict] | None, str | None]:
+    """(near-ties, None) where HTP's transcript differs from CPU's only through near-ties, else (None, why not).
+    In every differing window: HTP ended its text itself (not at the token limit), each step where HTP's token
+    is not the one CPU rates best (decoding along HTP's tokens) is within NEAR_TIE_NATS of it and is not an end
+    of text (an early or a late end drops or adds words: never a near-tie), and the two transcripts are no more
+    words apart than there are such steps."""
     differing = [c for c in result["clips"] if c["wer_vs_cpu"] > 0]
-    if not differing or any("divergent_steps" not in c for c in result["clips"]):
-        return None
+    if not differing:
+        return None, None
+    if any("divergent_steps" not in c for c in result["clips"]):
+        return None, "checked before near-ties were looked for"
     ties = []
     for c in differing:
         steps = c["divergent_steps"]
-        if not steps or any(d["gap"] > NEAR_TIE_NATS for d in steps):
-            return None
-        ties += [{"file": c["file"], **d} for d in steps]
-    return ties
+        where = f"{c['file']}: "
+        if not c.get("htp_ended"):
+            return None, where + "HTP stopped at the token limit, not at the end of its text"
+        if not steps:
+            return None, where + "no step where HTP left CPU's best token"
+        for d in steps:
+            what = f"step {d['offset']}: HTP {d['htp']!r} for CPU's {d['cpu']!r}"
+            if d.get("end_of_text"):
+                return None, f"{where}{what}: an end of text is not a near-tie"
+            if d["gap"] is None or d["gap"] > NEAR_TIE_NATS:
+                gap = "a token CPU never picks" if d["gap"] is None else f"{d['gap']} nats"
+                return None, f"{where}{what}: {gap}, more than a near-tie ({NEAR_TIE_NATS})"
+        edits, _ = word_errors(c["cpu"], c["htp"])
+        if edits > len(steps):
+            return None, f"{where}{edits} words differ for {len(steps)} near-tie step(s)"
+        ties += [{"file": c["file"], **{k: d[k] for k in ("offset", "cpu", "htp", "gap", "htp_gap")}} for d in steps]
+    return ties, None
 
 
 def _fail(r: TargetRecord, e: QnnReleaseError) -> TargetRecord:

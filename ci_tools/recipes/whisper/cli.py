@@ -52,13 +52,16 @@ def _folder(target: Path, tmp: Path) -> Path:
 def cmd_transcribe(args: argparse.Namespace) -> int:
     from .runtime import Whisper, WhisperInputError, read_wav, segment_lines
 
+    if args.max_tokens is not None and not 1 <= args.max_tokens <= 440:
+        raise UsageError(f"--max-tokens {args.max_tokens}: expected 1 to 440", hint="Whisper's limit per window is 224")
     try:
         audio = [(c, read_wav(c)) for c in args.clips]  # every clip checked before minutes of emulator time
         with tempfile.TemporaryDirectory(prefix="qnn-release-transcribe.") as tmp:
             model = Whisper(_folder(args.target, Path(tmp)), device="cpu" if args.cpu else None,
                             language=args.language)
             for clip, samples in audio:
-                r = model.transcribe_long(samples)  # longer than 30 s: cut into windows (runtime.windows)
+                # longer than 30 s: cut into windows (runtime.windows)
+                r = model.transcribe_long(samples, max_tokens=args.max_tokens)
                 print(f"{clip}\t{r.text}" if len(audio) > 1 else r.text)
                 for line in segment_lines(r) if args.segments else []:
                     print(f"{clip}\t{line}" if len(audio) > 1 else line)
@@ -80,4 +83,5 @@ def register(sub) -> None:
     p.add_argument("--language", default=None, help="default: the export's (en)")
     p.add_argument("--segments", action="store_true",
                    help="also one line per window ([start -> end] text): audio over 30 s is cut into windows")
+    p.add_argument("--max-tokens", type=int, default=None, help="tokens per window (default 224)")
     p.set_defaults(func=cmd_transcribe)

@@ -38,6 +38,7 @@ N_FRAMES = N_SAMPLES // HOP  # 3000 mel frames
 # CUT_SEARCH_SECONDS, the latest of equally quiet places (fewer windows), so a pause takes the cut.
 CUT_SEARCH_SECONDS = 10
 QUIET_SECONDS = 0.2
+MIN_TAIL_SECONDS = 1.0  # no last window shorter than this (each window costs a whole encoder run)
 # Whisper's no-speech rule (openai-whisper DecodingOptions / transcribe defaults): a window is silence when
 # P(<|nospeech|>) at the start token exceeds 0.6 and the average log-probability of its tokens is below -1.
 NO_SPEECH_THRESHOLD = 0.6
@@ -143,7 +144,7 @@ def windows(audio: np.ndarray, sr: int = SAMPLE_RATE) -> list[tuple[int, int]]:
     while n - start > size:
         # candidate stretches lie wholly inside [end - CUT_SEARCH_SECONDS, end]; the cut is a stretch's middle
         lo = -(-(start + size - CUT_SEARCH_SECONDS * sr) // hop)
-        hi = min((start + size) // hop - width, quiet.size - 1)
+        hi = min((start + size) // hop - width, quiet.size - 1, int(n - MIN_TAIL_SECONDS * sr) // hop - width // 2)
         if hi < lo:
             cut = start + size
         else:
@@ -329,8 +330,10 @@ class Whisper:
         prompt token is a decoder step); windows quieter than SILENCE_RMS, or that Whisper's no-speech rule calls
         silence, are dropped."""
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if max_tokens is None:  # a whole window's worth (openai-whisper's sample_len), not the clips' max_tokens
+            max_tokens = self.config["dims"]["n_text_ctx"] // 2
         texts, tokens, segments, enc, steps = [], [], [], 0.0, []
-        for a, b in windows(audio):
+        for a, b in windows(audio) if audio.size else []:
             if not np.sqrt(np.mean(np.square(audio[a:b], dtype=np.float64))) >= SILENCE_RMS:
                 segments.append(Segment(start=a / SAMPLE_RATE, end=b / SAMPLE_RATE, text="", no_speech=True))
                 continue
@@ -366,12 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", action="store_true", help="use encoder.onnx/decoder.onnx on CPU")
     p.add_argument("--language", default=None)
     p.add_argument("--segments", action="store_true", help="one line per 30 s window, with its times")
+    p.add_argument("--max-tokens", type=int, default=None, help="tokens per window (default 224)")
     args = p.parse_args(argv)
+    if args.max_tokens is not None and not 1 <= args.max_tokens <= 440:
+        p.error(f"--max-tokens {args.max_tokens}: expected 1 to 440 (Whisper's limit per window is 224)")
     try:
         audio = [(clip, read_wav(clip)) for clip in args.clips]  # every file checked before any decoding
         model = Whisper(args.dir, device="cpu" if args.cpu else None, language=args.language)
         for clip, samples in audio:
-            r = model.transcribe_long(samples)
+            r = model.transcribe_long(samples, max_tokens=args.max_tokens)
             print(f"{clip}: {r.text}")
             for line in segment_lines(r) if args.segments else []:
                 print(f"  {line}")
