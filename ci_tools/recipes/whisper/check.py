@@ -206,22 +206,27 @@ def calibration(export_dir: Path, clips: list[Clip], graph: str, decoder_samples
 # -- the check ---------------------------------------------------------------------------------
 
 
+def _chip_folder(job: dict, export_dir: Path, folder: Path) -> Path:
+    """A folder the decoder reads: the chip's binaries and stubs beside the export's tokenizer and config."""
+    for graph, files in job["graphs"].items():
+        target = Path(files["folder"]).resolve()
+        for name in files["binaries"]:
+            os.symlink(target / name, folder / name)
+        os.symlink(target / files["context_onnx"], folder / f"{graph}_ctx.onnx")
+    for name in ("tokenizer.json", "mel_filters.npy"):
+        os.symlink(export_dir / name, folder / name)
+    config = json.loads((export_dir / "whisper.json").read_text())
+    config["chip"] = job["chip"]
+    (folder / "whisper.json").write_text(json.dumps(config))
+    return folder
+
+
 def _check_chip(job: dict) -> dict:
     """In a worker: transcribe the chip's clips with its binaries on the emulator and on CPU."""
     started = time.monotonic()
     export_dir = Path(job["export_dir"]).resolve()
     with tempfile.TemporaryDirectory(prefix="whisper-check.") as tmp:
-        folder = Path(tmp)
-        for graph, files in job["graphs"].items():
-            target = Path(files["folder"]).resolve()
-            for name in files["binaries"]:
-                os.symlink(target / name, folder / name)
-            os.symlink(target / files["context_onnx"], folder / f"{graph}_ctx.onnx")
-        for name in ("tokenizer.json", "mel_filters.npy"):
-            os.symlink(export_dir / name, folder / name)
-        config = json.loads((export_dir / "whisper.json").read_text())
-        config["chip"] = job["chip"]
-        (folder / "whisper.json").write_text(json.dumps(config))
+        folder = _chip_folder(job, export_dir, Path(tmp))
         from ...compile.qnn_ep import quiet_native
 
         loading = time.monotonic()
