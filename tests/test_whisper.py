@@ -6,6 +6,7 @@ CTranslate2 (an independent implementation, faster-whisper's engine) reads the s
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -26,6 +27,7 @@ from ci_tools.errors import ConfigError
 from ci_tools.matrix.plan import plan
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.recipes.whisper import check, checkpoint, export, runtime
+from ci_tools.recipes.whisper.package import _wav_bytes
 from tests import whisper_tiny as wt
 from tests.conftest import REPO, SDK_SECTION, run_cli
 
@@ -426,9 +428,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     # a recording longer than 30 s, from the unpacked folder alone: cut into windows, each on the emulator
     sample = runtime.read_wav(top / "sample" / "compile.wav")
     long = np.concatenate([sample, np.zeros(27 * runtime.SAMPLE_RATE, np.float32), sample])
-    with wave.open(str(top / "long.wav"), "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(runtime.SAMPLE_RATE)
-        w.writeframes((np.clip(long, -1, 1) * 32767).astype("<i2").tobytes())
+    (top / "long.wav").write_bytes(_wav_bytes(long))
     run = subprocess.run([sys.executable, "-I", "transcribe.py", "long.wav", "--segments", "--max-tokens", "6"],
                          cwd=top, env=env_clean, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
@@ -498,7 +498,7 @@ def test_real_whisper_base_export_transcribes_as_ctranslate2(real_base):
 def _speech_with_pauses(parts: list[np.ndarray], pause: float, lead: float) -> tuple[np.ndarray, list]:
     """The parts one after another with `pause` seconds of silence between them, after `lead` seconds;
     and where each part lies (samples)."""
-    rate, out, where, at = runtime.SAMPLE_RATE, [np.zeros(int(lead * runtime.SAMPLE_RATE), np.float32)], [], 0
+    rate, out, where = runtime.SAMPLE_RATE, [np.zeros(int(lead * runtime.SAMPLE_RATE), np.float32)], []
     at = out[0].size
     for a in parts:
         where.append((at, at + a.size))
@@ -564,9 +564,7 @@ def test_a_minute_of_recorded_speech_transcribes_from_the_script_alone(real_base
     audio, where = _speech_with_pauses(parts, pause=0.4, lead=0.4 + max(0, 30 * rate - loudest) / rate)
     assert _rms(audio[30 * rate - 1600:30 * rate + 1600], 0.2)[0] > 0.02 and 60 * rate <= audio.size <= 90 * rate
     wav = tmp_path / "minute.wav"
-    with wave.open(str(wav), "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    wav.write_bytes(_wav_bytes(audio))
     cuts = runtime.windows(runtime.read_wav(wav))
     # every cut between words: the fifth of a second around it is a pause (where 30 s was speech)
     assert len(cuts) == 3 and all(_rms(audio[c - 1600:c + 1600], 0.2)[0] < 0.002 for _, c in cuts[:-1])
@@ -599,13 +597,9 @@ def _rms(audio: np.ndarray, seconds: float) -> np.ndarray:
     return np.sqrt(np.convolve(np.square(audio.astype(np.float64)), np.ones(n) / n, mode="valid"))
 
 
-_BASE_CPU = {}
-
-
+@functools.cache
 def _base_cpu(folder: Path) -> runtime.Whisper:
-    if folder not in _BASE_CPU:
-        _BASE_CPU[folder] = runtime.Whisper(folder, device="cpu")
-    return _BASE_CPU[folder]
+    return runtime.Whisper(folder, device="cpu")
 
 
 def test_recordings_are_what_chips_transcribe_and_count_as_real_samples(tmp_path):

@@ -412,6 +412,7 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
     """The chip's records as the transcript check judged them."""
     precision = rs[0].precision
     limit = model.verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
+    near_ties, not_near = _near_ties(result) if isinstance(result, dict) else (None, None)
     out = []
     for r in rs:
         r = r.with_(verify_kind="transcript")
@@ -429,7 +430,6 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
         r = r.with_(transcript=summary, **({"parity": parity} if parity is not None else {}),
                     emulator_seconds=(result["emulator_seconds_per_encoder_run"] if r.graph == "encoder"
                                       else result["emulator_seconds_per_decoder_step"]))
-        near_ties, not_near = _near_ties(result)
         if near_ties is not None:
             r = r.with_(transcript={**summary, "near_ties": near_ties, "near_tie_nats": NEAR_TIE_NATS})
         if result["wer_vs_cpu"] > limit and near_ties is None:

@@ -334,7 +334,7 @@ class Whisper:
             max_tokens = self.config["dims"]["n_text_ctx"] // 2
         texts, tokens, segments, enc, steps = [], [], [], 0.0, []
         for a, b in windows(audio) if audio.size else []:
-            if not np.sqrt(np.mean(np.square(audio[a:b], dtype=np.float64))) >= SILENCE_RMS:
+            if np.sqrt(np.mean(np.square(audio[a:b], dtype=np.float64))) < SILENCE_RMS:
                 segments.append(Segment(start=a / SAMPLE_RATE, end=b / SAMPLE_RATE, text="", no_speech=True))
                 continue
             r = self.transcribe(audio[a:b], max_tokens=max_tokens)
@@ -348,10 +348,6 @@ class Whisper:
                 tokens += r.tokens
         return Transcript(text=" ".join(texts), tokens=tokens, encoder_seconds=enc, decoder_seconds=steps,
                           segments=segments)
-
-    def transcribe_file(self, path: str | Path, **kw) -> Transcript:
-        """A WAV file of any length (``transcribe_long``)."""
-        return self.transcribe_long(read_wav(path), **kw)
 
 
 def segment_lines(r: Transcript) -> list[str]:
