@@ -85,7 +85,7 @@ MUTANTS = [
     Mutant("compile: no CPU fallback", "ci_tools/compile/qnn_ep.py",
            "        so.add_session_config_entry(\"session.disable_cpu_ep_fallback\", \"1\")", "        pass",
            ("tests/test_guards.py::test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition",)),
-    Mutant("cache: key per chip", "ci_tools/build/keys.py",
+    Mutant("cache: key per chip", "ci_tools/builder/keys.py",
            "\"soc\": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], ", "",
            ("tests/test_guards.py::test_the_target_key_changes_with_the_chip",)),
     Mutant("render --check", "ci_tools/cli/app.py", "        if diffs or orphans:", "        if False:",

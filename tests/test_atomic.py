@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ci_tools.build.orchestrate import build
+from ci_tools.builder.orchestrate import build
 from ci_tools.compile import backends
 from ci_tools.matrix.schema import load_matrix
 from tests import models

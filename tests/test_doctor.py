@@ -445,7 +445,7 @@ def test_each_precision_family_gets_its_own_trial(tmp_path, monkeypatch):
     """HTP takes different ops in float and in quantized graphs: a rejection found by the fp16 trial fails the
     fp16 targets only; a w8a16 target is tried on its own QDQ graph (and compiles here)."""
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools.build.orchestrate import build
+    from ci_tools.builder.orchestrate import build
     from ci_tools.compile.backends.ort import OrtBackend
     from ci_tools.compile.doctor import Diagnosis
     from ci_tools.matrix.schema import load_matrix

@@ -164,7 +164,7 @@ def test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition(tmp_path):
 
 def test_the_target_key_changes_with_the_chip(tmp_path):
     """Each chip's binary is cached under its own key: a build for one chip never serves another."""
-    from ci_tools.build.keys import target_key
+    from ci_tools.builder.keys import target_key
     from ci_tools.matrix.plan import plan
 
     (tmp_path / "models").mkdir()

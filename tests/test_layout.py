@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parent.parent / "ci_tools"
 # errors, paths and qairt_zip (standard library only: the Dockerfile copies it alone into the SDK image) sit
 # below everything; the package's own __init__/__main__ and the CLI above everything.
 LAYERS = ["errors", "paths", "qairt_zip", "util", "catalog", "matrix", "sources", "prepare", "compile", "recipes",
-          "build", "device", "release", "workflows", "sdk", "cli", "__init__", "__main__"]
+          "builder", "device", "release", "workflows", "sdk", "cli", "__init__", "__main__"]
 FLAT = {"errors", "paths", "qairt_zip", "__init__", "__main__"}  # the only modules directly in ci_tools/
 MAX_FUNCTION_LINES = 60  # a screen
 

@@ -1,6 +1,6 @@
 import io
 
-from ci_tools.build.progress import Progress
+from ci_tools.builder.progress import Progress
 from ci_tools.compile.records import TargetRecord
 
 

@@ -176,7 +176,7 @@ def test_per_tensor_weights_when_the_matrix_says_so(tmp_path, sdk):
 def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_path, sdk, monkeypatch):
     """audit #5: when the converter makes the I/O channel-last, inputs go in NHWC and outputs come back
     from NHWC (parity compares like with like); the stub presents NCHW to callers."""
-    from ci_tools.build.orchestrate import build
+    from ci_tools.builder.orchestrate import build
     from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()
@@ -287,7 +287,7 @@ def test_the_converter_needs_the_sdk_python_path_and_the_route_sets_it(tmp_path,
 
 def test_a_device_config_the_tools_ignore_is_caught(tmp_path, sdk, monkeypatch):  # audit #7, #9
     """Written with sherpa-onnx's soc_id key, the chip is not applied: the binary's read-back says so."""
-    from ci_tools.build.orchestrate import build
+    from ci_tools.builder.orchestrate import build
     from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()

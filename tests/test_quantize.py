@@ -76,7 +76,7 @@ def test_per_channel_weights_have_a_scale_per_output_channel_and_err_less(tmp_pa
 def test_per_channel_is_part_of_a_quantized_targets_key(tmp_path):
     from types import SimpleNamespace
 
-    from ci_tools.build.keys import target_key
+    from ci_tools.builder.keys import target_key
     from ci_tools.matrix.plan import plan
     from ci_tools.matrix.schema import load_matrix
 
@@ -162,7 +162,7 @@ def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypa
 
 def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools.build.orchestrate import build
+    from ci_tools.builder.orchestrate import build
     from ci_tools.compile.backends import ort as ort_route
     from ci_tools.errors import CompileError
     from ci_tools.matrix.schema import load_matrix

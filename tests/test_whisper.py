@@ -470,7 +470,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
 def real_base(tmp_path_factory):
     """Whisper base from its pinned PyPI parts (145 MB joined), exported, and its 12 pinned recordings."""
     pytest.importorskip("ctranslate2")
-    from ci_tools.build.exports import model_sources as _sources
+    from ci_tools.builder.exports import model_sources as _sources
     from ci_tools.sources.store import SourceStore
 
     root = tmp_path_factory.mktemp("whisper-base")

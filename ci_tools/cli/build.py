@@ -12,8 +12,8 @@ from . import step_summary
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ..build.orchestrate import build
-    from ..build.summary import summary
+    from ..builder.orchestrate import build
+    from ..builder.summary import summary
     from ..matrix.schema import load_matrix
 
     if args.jobs < 1:

@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..build.inputs import generated, sample_set
+from ..builder.inputs import generated, sample_set
 from ..compile.records import BuildReport
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, cpu_session
