@@ -311,12 +311,22 @@ def test_without_a_token_nothing_is_sent_and_the_release_says_no_device_numbers(
     (built["out"] / "device-numbers.json").unlink()
 
 
+def _whisper_like_model():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(verify=SimpleNamespace(kind="transcript"))
+
+
 def test_a_speech_model_gets_its_real_time_factor_and_time_to_first_token():
     def run(ms):
         return DeviceRun(via="ai-hub", status="ok", latency=Latency(median_ms=ms, min_ms=ms, max_ms=ms, runs=3))
 
     transcript = {"clips": [{"audio_seconds": 4.0, "decoder_steps": 20}, {"audio_seconds": 6.0, "decoder_steps": 30}]}
-    d = on_device({"encoder": run(200.0), "decoder": run(10.0)}, transcript)
+    from ci_tools.recipes import recipe_for
+
+    speech = recipe_for(_whisper_like_model())
+    d = on_device({"encoder": run(200.0), "decoder": run(10.0)},
+                  lambda runs: speech.device_summary(runs, {"transcript": transcript}))
     # (2 encoder runs + 50 decoder steps) / 10 s of audio; first token after the encoder and the 4 prompt steps
     assert d.speech.real_time_factor == pytest.approx((2 * 200 + 50 * 10) / 10000)
     assert d.speech.time_to_first_token_ms == pytest.approx(200 + 4 * 10)

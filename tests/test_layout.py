@@ -125,3 +125,26 @@ def test_every_name_imported_from_the_package_exists():
                 if not hasattr(target, a.name) and f"{mod}.{a.name}" not in modules:
                     missing.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {mod} has no {a.name}")
     assert not missing, "\n".join(missing)
+
+
+def test_no_stage_names_a_recipe():
+    """A model family is a folder in recipes/ and a line in its registry: the stages reach it through
+    ``ci_tools.recipes`` (the Recipe Protocol), never import a recipe's module, and no string of theirs
+    names one (issue #32). Docstrings and comments may cite a measurement made on one."""
+    modules = _modules()
+    recipes = {n for n in modules if n.startswith("ci_tools.recipes.")}
+    named = []
+    for name, path in modules.items():
+        if name == "ci_tools.recipes" or name.startswith("ci_tools.recipes."):
+            continue
+        named += [f"{path.relative_to(PKG.parent)}:{ln} imports {m}" for ln, m in _imports(name, path, modules)
+                  if m in recipes]
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                    and "whisper" in node.value.lower():
+                named.append(f"{path.relative_to(PKG.parent)}:{node.lineno} names whisper: {node.value[:60]!r}")
+    assert not named, "\n".join(named)

@@ -387,6 +387,10 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
         assert tr["export_check"]["equal"] == tr["export_check"]["total"] == 2
         assert len(tr["clips"]) == 1 and tr["clips"][0]["htp"] and tr["emulator_seconds_per_encoder_run"] > 0
         assert t["parity"]["cosine"] > (0.999 if t["precision"] == "fp16" else 0.98)
+        # the target's folder is written once, with the recipe's verdict: it says what the report says
+        on_disk = json.loads((out / t["id"] / "target.json").read_text())
+        assert {k: on_disk[k] for k in ("verified", "verify_kind", "transcript", "parity")} == \
+            {k: t[k] for k in ("verified", "verify_kind", "transcript", "parity")}
     fp16 = by_id["tiny-whisper.encoder.sm8750.fp16"]["transcript"]
     assert fp16["agree"] == 1 and fp16["wer_vs_cpu"] == 0.0 and fp16["clips"][0]["file"] == "compile.wav"
     # the chips (and precisions) take turns through the clips

@@ -1,4 +1,4 @@
-"""What a graph is verified and calibrated on: its real samples, a speech model's clips, or generated inputs."""
+"""What a graph is verified and calibrated on: its real samples, its recipe's inputs, or generated inputs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, generate_inputs
 from ..prepare.quantize import load_calibration
+from ..recipes import recipe_for
 from ..sources.samples import SampleSet, calibration_feeds, make_samples
 from ..sources.store import SourceStore, sha256_file
 
@@ -19,7 +20,7 @@ def sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepare
     if m.samples is not None:
         files = store._fetch(m, m.samples.source)
         return make_samples(m, prep.graph, prep.inputs, files, prep.outputs)
-    if m.calibration.path and m.verify is None:
+    if m.calibration.path and recipe_for(m) is None:
         folder = (loaded.root / m.calibration.path).resolve()
         feeds = load_calibration(folder, prep.inputs)[:8]  # verify on 8 at most (the emulator's time)
         files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))[:8]}
@@ -30,13 +31,12 @@ def sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepare
 
 def calibration(loaded: LoadedMatrix, m: Model, prep: Prepared, src: Path, precision: str,
                  ss: SampleSet | None) -> list[dict[str, np.ndarray]] | None:
-    """What a quantized precision is calibrated on: the model's real samples (a stream's steps with the
-    state CPU carries into them), or a speech model's clips."""
-    if m.verify is not None:  # a speech model calibrates on its clips (decoded on CPU); verified by text
-        from ..recipes.whisper.check import calibration, load_clips
-
-        return calibration(src, load_clips(loaded.root, m.verify.clips), prep.graph, m.calibration.samples,
-                           m.verify.language, m.verify.max_tokens)
+    """What a quantized precision is calibrated on: its recipe's inputs, or the model's real samples (a
+    stream's steps with the state CPU carries into them)."""
+    recipe = recipe_for(m)
+    feeds = recipe.calibration(loaded, m, prep.graph, src) if recipe is not None else None
+    if feeds is not None:
+        return feeds
     if ss is None:
         return None
     from ..prepare.graph import cpu_session

@@ -37,15 +37,19 @@ def _finished(folder: Path, key: str) -> TargetRecord | None:
     return record
 
 
-def cached(out: Path, store: Path, t: Target, key: str) -> TargetRecord | None:
-    """The target as already built, in ``out`` or in the content-addressed store (then copied to ``out``)."""
+def cached(out: Path, store: Path, t: Target, key: str, recipe_check: bool = False) -> TargetRecord | None:
+    """The target as already built, in ``out`` or in the content-addressed store (then copied to ``out``).
+
+    ``recipe_check``: the model's recipe verifies a chip's graphs together; the store holds the compile and
+    ``out`` the judged target, so neither is copied to the other here (``recipe_checks`` writes ``out``)."""
     record = _finished(out / t.id, key)
     if record is None:
         record = _finished(store / key, key)
         if record is None:
             return None
-        copy_atomic(store / key, out / t.id)
-    else:
+        if not recipe_check:
+            copy_atomic(store / key, out / t.id)
+    elif not recipe_check:
         put_in_store(out / t.id, store / key)
     return record.with_(status=CACHED)
 

@@ -27,6 +27,7 @@ from ..matrix.plan import Refusal, Target, make_plan
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, prepare
 from ..prepare.quantize import calibration_hash, weight_scales
+from ..recipes import recipe_for
 from ..sources.samples import SampleSet
 from ..sources.store import SourceStore, default_cache, sha256_file
 from .exports import model_sources
@@ -34,6 +35,7 @@ from .gates import fp16_range_gate, trial_compile, unused_samples
 from .inputs import calibration, generated, sample_set
 from .keys import cached, target_key, verify_digest
 from .progress import Progress
+from .recipe_checks import recipe_checks
 from .workers import run_all
 
 
@@ -111,11 +113,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
     if precompile_only:
         return _precompile_report(run, started, when)
     interrupted = run.compile_all(jobs)
-    if run.exports and not interrupted:
-        from ..recipes.whisper.check import check_transcripts
-
-        check_transcripts(loaded, run.records, run.exports, out, cache, jobs=jobs, from_store=from_store, force=force,
-                          progress=progress)
+    recipe_checks(run, jobs, interrupted)
     ordered = [run.records[t.id] for t in targets if t.id in run.records]
     for r in ordered:  # a target that failed now never looks built from an earlier success
         if r.status == FAILED:
@@ -168,7 +166,7 @@ class _Run:
     missing: list[str] = field(default_factory=list)  # --from-store: targets that would need a compile
     precompiled_log: list[dict] = field(default_factory=list)  # --precompile-only: what was converted
     prepared: list[Prepared] = field(default_factory=list)
-    exports: dict[str, Path] = field(default_factory=dict)  # models verified by transcript: their export folder
+    exports: dict[str, Path] = field(default_factory=dict)  # models with a recipe: their export folder
     prepare_seconds: float = 0.0
     precompile_seconds: float = 0.0
 
@@ -196,10 +194,9 @@ class _Run:
         t0 = time.monotonic()
         try:
             src, src_digest = model_sources(self.store, m, self.work)
-            if m.verify is not None:  # a speech model verified by text: its clips, and its export for later
-                from ..recipes.whisper.check import load_clips
-
-                load_clips(self.loaded.root, m.verify.clips)
+            recipe = recipe_for(m)
+            if recipe is not None:  # its own inputs refused before any compile; its export kept for later stages
+                recipe.check_inputs(self.loaded, m)
                 self.exports[m.name] = src.resolve()
         except Exception as e:
             self.fail(model_targets, _as_error(e, f"{m.name}: sources", SourceError))
@@ -277,7 +274,9 @@ class _Run:
             self.inputs[gp] = _Inputs(ss, samples, calibration_hash(samples) if samples is not None else None)
         inputs = self.inputs[gp]
         key = target_key(t, prep, self.backend, self.sdk, inputs.calibration_hash, verify_digest(m, prep, ss))
-        hit = None if self.force or self.precompile_only else cached(self.out, self.cache / "targets", t, key)
+        recipe = recipe_for(m)
+        hit = None if self.force or self.precompile_only else \
+            cached(self.out, self.cache / "targets", t, key, recipe_check=recipe is not None)
         if hit is None and self.from_store:
             self.missing.append(t.id)
             return None
@@ -295,7 +294,8 @@ class _Run:
             calibration_hash=inputs.calibration_hash,
             weight_scales=weight_scales(m.calibration.per_channel) if inputs.calibration_hash else None,
             precompiled=self.precompiled[gp], precompile_run=_precompile_run(self.precompiled[gp]),
-            verify_kind=m.verify.kind if m.verify is not None else "parity")
+            recipe_check=recipe.pending_note if recipe is not None else None,
+            inputs_note=recipe.inputs_note if recipe is not None else None)
 
     def _precompile(self, m: Model, t: Target, prep: Prepared, inputs: _Inputs) -> bool:
         """The chip-independent work, once per graph and precision, when some chip needs it; False when this

@@ -239,9 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     from . import device as cli_device
 
     cli_device.register(sub)
-    from ..recipes.whisper import cli as whisper_cli
+    from ..recipes import all_recipes
 
-    whisper_cli.register(sub)
+    for recipe in all_recipes():  # a model family's own verbs (transcribe)
+        recipe.register_cli(sub)
     return parser
 
 

@@ -30,7 +30,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "QLinearMatMul": _DYNAMIC_QUANT, "QLinearConv": _DYNAMIC_QUANT,
     "If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW,
     "NonZero": _DATA_SIZED, "Unique": _DATA_SIZED, "NonMaxSuppression": _DATA_SIZED, "Compress": _DATA_SIZED,
-    "Erf": ("exact GELU written with Erf: the QNN EP leaves Erf on CPU (a Whisper encoder split in three there)",
+    "Erf": ("exact GELU written with Erf: the QNN EP leaves Erf on CPU (a speech encoder split in three there)",
             "export GELU with the tanh approximation (or as one Gelu op)"),
     "Clip": ("HTP's Clip needs constant min and max", "write Max(x, min) / Min(x, max) instead, or declare "
              "graphs[].fixes: [clip-to-max-min] to let prepare rewrite it"),

@@ -48,7 +48,10 @@ class TargetSpec:
     weight_scales: str | None = None  # quantized: 'per-channel' or 'per-tensor'
     precompile_run: str | None = None  # id of the conversion run ``precompiled`` came from
     inputs_note: str | None = None  # what the verification inputs are (None: generated here)
-    verify_kind: str = "parity"  # "transcript": the recipe verifies the chip's graphs together, after the build
+    # the model's recipe verifies a chip's graphs together once they are all built: what the compile's record
+    # says until then (None: the target is verified here, on its own, against CPU). The compile is kept in the
+    # store; the target's folder is written with the recipe's verdict (``finalize``), never before it.
+    recipe_check: str | None = None
     sample_set: SampleSet | None = None  # the model's real samples for this graph (streams for a stateful one)
 
 
@@ -65,6 +68,22 @@ def copy_atomic(src: Path, dest: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
+        replace_dir(tmp / "t", dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def finalize(src: Path, dest: Path, record: TargetRecord) -> None:
+    """Write a target's folder once: ``src``'s files (hard links when possible) with ``record`` as its
+    ``target.json``, appearing whole at ``dest``; a failed record leaves no folder there."""
+    if record.status == FAILED:
+        forget(dest)
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
+        write_target(tmp / "t", record)  # a new file (write, then rename): the link to src's target.json goes
         replace_dir(tmp / "t", dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -107,10 +126,13 @@ def run_target(spec: TargetSpec) -> TargetRecord:
         tmp = Path(tempfile.mkdtemp(prefix=f".{spec.target_id}.", dir=spec.out))
         record = _built(spec, backend, tmp, who, start)
         write_target(tmp, record)
-        final = spec.out / spec.target_id
-        replace_dir(tmp, final)
-        tmp = None
-        put_in_store(final, spec.store / spec.key)
+        if spec.recipe_check is not None:  # the compile only: the recipe's check decides what ``out`` gets
+            copy_atomic(tmp, spec.store / spec.key)  # (tmp itself goes in ``finally``)
+        else:
+            final = spec.out / spec.target_id
+            replace_dir(tmp, final)
+            tmp = None
+            put_in_store(final, spec.store / spec.key)
     except QnnReleaseError as e:
         record = TargetRecord.failure(who, str(e), e.exit_code, e.details)
         _forget(spec)
@@ -138,9 +160,9 @@ def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> Tar
     inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
     if spec.sample_set is not None:
         inputs_note = spec.sample_set.note
-    if spec.verify_kind == "transcript":  # the recipe verifies the chip's graphs together, by what they say
-        verification, note = None, "verified by transcript once every graph for this chip is built"
-        inputs_note = "the model's clips (transcript verification)"
+    if spec.recipe_check is not None:  # the recipe verifies the chip's graphs together, once all are built
+        verification, note = None, spec.recipe_check
+        inputs_note = spec.inputs_note or inputs_note
     else:
         verification, note = _verify(spec, backend, job, result, inputs_note), ""
     return TargetRecord.make(**who, **_compiled(spec, backend, result, tmp), verify_inputs=inputs_note,

@@ -1,5 +1,5 @@
 """What a device runs a graph on, and what CPU says it should give: the same real samples the emulator
-verified the target on (the model's ``samples``, its recordings for a speech model), else generated inputs.
+verified the target on (the model's ``samples``, or its recipe's own inputs), else generated inputs.
 
 A device job runs every input on its own, so a stateful graph (``samples.stream``) runs each step with the
 state ONNX Runtime on CPU carries into it, as calibration does; the judge is then per step. The reference
@@ -18,11 +18,12 @@ from ..builder.inputs import generated, sample_set
 from ..compile.records import BuildReport
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, cpu_session
+from ..recipes import recipe_for
 from ..sources.samples import run_stream
 from ..sources.store import SourceStore
 
 MAX_ENTRIES = 64  # inputs per graph: enough to judge, few enough for a device job's dataset
-MAX_BYTES = 256 << 20  # a Whisper decoder step with its caches is ~50 MB: a handful of them
+MAX_BYTES = 256 << 20  # a speech decoder's step with its caches is ~50 MB: a handful of them
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,10 @@ def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Pre
 
 def _feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path
            ) -> tuple[list[str], list[dict[str, np.ndarray]], str, bool]:
-    if m.verify is not None and m.name in report.exports:
-        return _speech_feeds(loaded, report, m, prep, cache)
+    recipe = recipe_for(m)
+    own = recipe.device_feeds(loaded, report, m, prep.graph, cache) if recipe is not None else None
+    if own is not None:
+        return own.names, own.feeds, own.note, own.real
     ss = sample_set(SourceStore(cache, loaded.root), loaded, m, prep)
     if ss is None:
         feeds = generated(m, prep)
@@ -81,17 +84,3 @@ def _feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, 
         names += [f"{name} step {i}" for i in range(len(fed))]
         feeds += fed
     return names, feeds, f"{ss.note}; each step with the state CPU carries into it", True
-
-
-def _speech_feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path
-                  ) -> tuple[list[str], list[dict[str, np.ndarray]], str, bool]:
-    """A speech model's graphs on what its chips transcribe: the encoder on each recording's mel features,
-    the decoder on the steps CPU decodes them with (every prompt step, text steps spread over them)."""
-    from ..recipes.whisper.check import calibration, verify_clips
-
-    clips, recorded = verify_clips(loaded, m, cache)
-    feeds = calibration(Path(report.exports[m.name]), clips, prep.graph, m.calibration.samples,
-                        m.verify.language, m.verify.max_tokens)
-    what = "recordings" if recorded else "synthetic clips"
-    names = [f"{prep.graph} input {i}" for i in range(len(feeds))]
-    return names, feeds, f"{len(clips)} {what} of the model ({prep.graph} inputs as CPU decodes them)", recorded

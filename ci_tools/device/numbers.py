@@ -157,11 +157,9 @@ class OnDevice(_M):
 
 
 _ORDER = ("parity-failed", "failed", "timeout", "unavailable", "no-device", "skipped", "ok")
-PROMPT_STEPS = 4  # Whisper's multilingual prompt: <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
-
-
-def on_device(runs: dict[str, DeviceRun], transcript: dict | None = None) -> OnDevice | None:
-    """The archive's figures from its graphs' runs (graph -> run); None when no graph has a run."""
+def on_device(runs: dict[str, DeviceRun], extra=None) -> OnDevice | None:
+    """The archive's figures from its graphs' runs (graph -> run); None when no graph has a run. ``extra``:
+    the model's recipe's figures from the runs (``speech``), asked for when every graph has a latency."""
     if not runs:
         return None
     weakest = min(runs.values(), key=lambda r: _ORDER.index(r.status))
@@ -173,19 +171,4 @@ def on_device(runs: dict[str, DeviceRun], transcript: dict | None = None) -> OnD
                                  if r.device.stands_in_for else "") for r in runs.values() if r.device), None)
     return OnDevice(via=weakest.via, status=weakest.status, reason=weakest.reason, device=dev, latency_ms=npu,
                     cpu_latency_ms=cpu, speedup_vs_cpu=round(cpu / npu, 2) if cpu and npu else None,
-                    speech=_speech(runs, transcript) if ok else None)
-
-
-def _speech(runs: dict[str, DeviceRun], transcript: dict | None) -> SpeechNumbers | None:
-    if not transcript or not {"encoder", "decoder"} <= runs.keys():
-        return None
-    clips = [c for c in transcript.get("clips") or [] if c.get("audio_seconds")]
-    if not clips:
-        return None
-    enc, dec = runs["encoder"].latency.median_ms, runs["decoder"].latency.median_ms
-    audio = sum(c["audio_seconds"] for c in clips)
-    steps = sum(int(c["decoder_steps"]) for c in clips)
-    busy_ms = len(clips) * enc + steps * dec
-    return SpeechNumbers(real_time_factor=round(busy_ms / (audio * 1000.0), 4),
-                         time_to_first_token_ms=round(enc + PROMPT_STEPS * dec, 3), clips=len(clips),
-                         audio_seconds=round(audio, 3), decoder_steps=steps)
+                    **(extra(runs) if ok and extra is not None else {}))

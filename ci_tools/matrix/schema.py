@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -216,12 +216,14 @@ class Recordings(_Frozen):
 
 
 class TranscriptVerify(_Frozen):
+    # a speech recognizer's check (its recipe: ``ci_tools.recipes.RECIPES``): a chip's graphs transcribe clips
+    GRAPHS: ClassVar[tuple[str, ...]] = ("decoder", "encoder")  # the graphs the check runs together
     kind: Literal["transcript"]
     clips: str = Field(description="a clips.yaml (a list `clips` of {file, text}: 16 kHz mono WAVs beside it and "
                        "what they say), relative to the repository")
     per_chip: int = Field(default=2, ge=1, description="clips each chip transcribes on the HTP emulator (minutes "
                           "per clip): chips take turns through the list, so together they cover it")
-    pack: bool = Field(default=True, description="a chip's clips packed into Whisper's 30-second windows, half a "
+    pack: bool = Field(default=True, description="a chip's clips packed into the encoder's 30-second windows, half a "
                        "second of silence between them: one encoder run (the emulator's minutes) per window instead "
                        "of per clip; HTP and CPU transcribe the same window (false: one clip per window). Where the "
                        "transcripts differ only by near-ties (README), the check says so and passes")
@@ -428,6 +430,9 @@ def _file_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
     return None
 
 
+_COUNT = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
 def _verify_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
     if model.verify is not None and model.verify.recordings is not None:
         rec = model.verify.recordings
@@ -437,8 +442,10 @@ def _verify_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
                 return (("models", i, "verify", "recordings", "texts", name),
                         f"'{name}' is not one of the recordings' source files",
                         did_you_mean(name, files) or "list it under source.files with its sha256")
-    if model.verify is not None and sorted(g.name for g in model.graphs) != ["decoder", "encoder"]:
-        return (("models", i, "verify"), "transcript verification needs two graphs named encoder and decoder",
+    if model.verify is not None and sorted(g.name for g in model.graphs) != sorted(model.verify.GRAPHS):
+        graphs = sorted(model.verify.GRAPHS, reverse=True)
+        return (("models", i, "verify"), f"{model.verify.kind} verification needs "
+                f"{_COUNT.get(len(graphs), len(graphs))} graphs named {' and '.join(graphs)}",
                 f"the graphs are {', '.join(g.name for g in model.graphs)}")
     if len(set(model.precisions)) != len(model.precisions):
         return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")

@@ -1,13 +1,136 @@
-"""Model recipes: turn a checkpoint into graphs a matrix's ``export`` command names.
+"""Model recipes: what a model family adds to the generic stages, behind one Protocol and a registry.
 
-A recipe depends on the stages below it (``sources``, ``prepare``, ``errors``), never on
-``build`` or ``cli``; those call into it.
+A matrix model names its recipe by its check (``verify.kind``); a model without one is a plain graph set,
+verified graph by graph against CPU. A recipe may export its graphs (``python -m ci_tools.recipes.<name>...``
+in the matrix's ``export`` command), calibrate and check them on inputs of its own, verify a chip's graphs
+together once they are all built (its verdict is in the targets' records before they are written), put files
+of its own in an archive, give a device job its inputs, and add CLI verbs. Adding a family is adding a folder
+here and a line to ``RECIPES``: the stages above call the methods, never a recipe by name.
+
+A recipe depends on the stages below it (``sources``, ``prepare``, ``compile``, ``errors``), never on
+``builder`` or ``cli``; those call into it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+
+    from ..compile.records import BuildReport, TargetRecord
+    from ..matrix.schema import LoadedMatrix, Model
+
+Member = tuple[str, "Path | bytes"]  # (name in the archive, file or bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipCheck:
+    """What a recipe's check of one model gets: every chip build whose graphs are all built, as records."""
+
+    loaded: LoadedMatrix
+    model: Model
+    export: Path  # the model's export folder (its exported graphs, tokenizer ...)
+    groups: dict[tuple[str, str], list[TargetRecord]]  # (soc, precision) -> one record per graph
+    folders: dict[str, Path]  # target id -> the folder holding its files
+    cache: Path
+    jobs: int = 1
+    from_store: bool = False  # nothing runs on an emulator: results come from the cache or not at all
+    force: bool = False
+    progress: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchivePart:
+    """What one chip's archive needs from the recipe (``package``)."""
+
+    report: BuildReport
+    model: Model
+    soc: Any  # catalog Soc
+    records: list[TargetRecord]
+    stem: str  # the archive's top folder
+    root: Path  # the repository (the matrix's folder's parent)
+    binaries: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveExtras:
+    members: list[Member] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)  # extra fields of metadata.json (``transcript``)
+    readme: dict[str, Any] = field(default_factory=dict)  # the archive README template's recipe section
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceFeeds:
+    names: list[str]
+    feeds: list[dict[str, np.ndarray]]
+    note: str
+    real: bool  # recorded/real data (True) or synthetic
+
+
+class Recipe(Protocol):
+    """A model family. Every method has a default that does nothing (a plain graph's behaviour), so a
+    recipe implements what it adds and nothing else."""
+
+    kind: str  # the matrix's ``verify.kind`` that names it
+    pending_note: str = "verified by the recipe once every graph for this chip is built"
+    inputs_note: str = "the recipe's own inputs"
+    graph_samples: bool = True  # archives carry sample/<graph>/ inputs and outputs (False: the recipe ships its own)
+
+    def check_inputs(self, loaded: LoadedMatrix, model: Model) -> None:
+        """Refuse, before any compile, inputs of the recipe's own that cannot be used (ConfigError)."""
+        return None
+
+    def calibration(self, loaded: LoadedMatrix, model: Model, graph: str, export: Path
+                    ) -> list[dict[str, np.ndarray]] | None:
+        """A quantized graph's calibration inputs (None: the generic samples or generated inputs)."""
+        return None
+
+    def check_chips(self, check: ChipCheck) -> list[TargetRecord]:
+        """Every record of ``check.groups`` as the recipe judges it (verified, failed, or why not run)."""
+        return [r for rs in check.groups.values() for r in rs]
+
+    def verification(self, model: Model, record: TargetRecord) -> dict | None:
+        """metadata.json's ``numbers.<graph>.verification`` for a target the recipe verified (None: generic)."""
+        return None
+
+    def archive_extras(self, part: ArchivePart) -> ArchiveExtras:
+        return ArchiveExtras()
+
+    def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
+                     ) -> DeviceFeeds | None:
+        """What a device runs the graph on (None: the generic samples or generated inputs)."""
+        return None
+
+    def device_summary(self, runs: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+        """Extra fields of an archive's on-device figures (``speech``), from its graphs' device runs."""
+        return {}
+
+    def register_cli(self, sub: argparse._SubParsersAction) -> None:
+        return None
+
+
+RECIPES = {"transcript": "ci_tools.recipes.whisper.recipe:WhisperRecipe"}
+
+
+def get_recipe(kind: str) -> Recipe:
+    module, cls = RECIPES[kind].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def recipe_for(model: Model) -> Recipe | None:
+    """The model's recipe, or None for a plain graph set (verified graph by graph)."""
+    return get_recipe(model.verify.kind) if model.verify is not None else None
+
+
+def all_recipes() -> list[Recipe]:
+    return [get_recipe(kind) for kind in RECIPES]
 
 
 def code_digest(argv: list[str]) -> str | None:

@@ -26,6 +26,7 @@ from ..errors import PackageError, VerifyError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from ..prepare.graph import Prepared, generate_inputs, run_cpu
 from ..prepare.quantize import BITS
+from ..recipes import ArchiveExtras, ArchivePart, recipe_for
 from ..sources.store import sha256_file
 from ..util.files import replace_dir, write_atomic, write_json
 from .archive import make_tar_bz2
@@ -287,22 +288,21 @@ class _Archives:
             graphs.append(graph)
             numbers[g.name] = number
             preps.append(prep)
-        transcript, readme = None, {"whisper": False}
-        if model.verify is not None:
-            from ..recipes.whisper.package import archive_extras, readme_context
-
-            extra, transcript = archive_extras(self.report, model, soc, records, stem, self.loaded.root)
-            members += extra
-            readme = readme_context(stem, extra, [g["binary"] for g in graphs])
+        recipe = recipe_for(model)
+        extras = recipe.archive_extras(ArchivePart(report=self.report, model=model, soc=soc, records=records,
+                                                   stem=stem, root=self.loaded.root,
+                                                   binaries=[g["binary"] for g in graphs])) \
+            if recipe is not None else ArchiveExtras()
+        members += extras.members
         if len({m[0] for m in members}) != len(members):
             raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
         meta = _metadata(self._metadata_fields(model, soc, precision, sdk, records, preps, graphs, numbers,
-                                               transcript))
+                                               extras.metadata))
         meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
         members += [(f"{stem}/metadata.json", meta_json.encode()),
                     (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, runtime=runtime_advice(
                         meta.sdk.route, meta.sdk.tool, meta.sdk.qnn_version, meta.chip.htp_arch, meta.runtime_libs),
-                        **readme).encode()),
+                        **{"recipe_readme": None, "recipe_sample_row": None, **extras.readme}).encode()),
                     (f"{stem}/LICENSE", _licence(self.loaded, model, meta))]
         archive = make_tar_bz2(self.tmp / f"{stem}.tar.bz2", members)
         asset = {"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
@@ -327,7 +327,8 @@ class _Archives:
                                hint="run `qnn-release build` again (nothing recompiles)")
         binary = folder / target.binaries[0]
         members += [(f"{stem}/{target.context_onnx}", folder / target.context_onnx), (f"{stem}/{binary.name}", binary)]
-        if model.verify is None:  # a speech model ships a clip instead
+        recipe = recipe_for(model)
+        if recipe is None or recipe.graph_samples:  # else the recipe ships samples of its own kind
             members += _sample_members(stem, prep, model.calibration.seed)
         graph = {"name": r.graph, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
                  "stub_io": qnn_ep.stub_io_names(folder / target.context_onnx, prep),
@@ -335,9 +336,6 @@ class _Archives:
                  "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
                  "context_onnx": target.context_onnx, "binary": binary.name,
                  "size": binary.stat().st_size, "sha256": sha256_file(binary)}
-        # a transcript verification adds its numbers to the report after the target was written
-        target = target.with_(**{k: getattr(r, k) for k in ("verified", "verified_on", "parity", "emulator_seconds",
-                                                            "transcript") if getattr(r, k) is not None})
         emu = target.emulator_seconds
         number = {"compile_seconds": target.compile_seconds, "parity_vs_cpu": target.parity,
                   "emulator_latency_ms": round(emu * 1000, 3) if emu is not None else None,
@@ -347,13 +345,14 @@ class _Archives:
             number["device"] = run.model_dump(mode="json")
         return graph, number, prep
 
-    def _on_device(self, records: list[TargetRecord], transcript: dict | None) -> dict | None:
+    def _on_device(self, model: Model, records: list[TargetRecord], extra_metadata: dict) -> dict | None:
         runs = {r.graph: self.device.targets[r.id] for r in records if self.device and r.id in self.device.targets}
-        summary = on_device(runs, transcript)
+        recipe = recipe_for(model)
+        summary = on_device(runs, (lambda rs: recipe.device_summary(rs, extra_metadata)) if recipe else None)
         return summary.model_dump(mode="json") if summary else None
 
     def _metadata_fields(self, model: Model, soc, precision: str, sdk: str, records: list[TargetRecord],
-                         preps: list[Prepared], graphs: list[dict], numbers: dict, transcript: dict | None) -> dict:
+                         preps: list[Prepared], graphs: list[dict], numbers: dict, extra: dict) -> dict:
         act, weight = BITS[precision]
         first = records[0]
         return {
@@ -367,8 +366,8 @@ class _Archives:
             "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
                              "calibration_sha256": first.calibration_sha256, "weight_scales": first.weight_scales},
             "numbers": numbers, "runtime_libs": self.libs_name,
-            "on_device": self._on_device(records, transcript),
-            "transcript": transcript,
+            "on_device": self._on_device(model, records, extra),
+            "transcript": None, **extra,
         }
 
 
@@ -426,14 +425,11 @@ def verification(model: Model, target: TargetRecord) -> dict | None:
     """What a target's parity was measured on: the model's real samples, or generated inputs."""
     if not target.verified:
         return None
+    recipe = recipe_for(model)
+    own = recipe.verification(model, target) if recipe is not None else None
+    if own is not None:  # verified by the recipe's check of the chip's graphs together
+        return own
     v = verdict(target)
-    if target.transcript:  # verified by what the chip's graphs transcribe from the model's clips
-        rec = model.verify.recordings
-        return {"inputs": "real" if v == REAL else "generated", "verdict": v,
-                "source": rec.description if rec else model.verify.clips,
-                "samples": len(target.transcript["clips"]), "passed_by": None,
-                "description": ("recorded speech (transcript against CPU and the references)" if rec
-                                else "espeak-ng speech clips (transcript against CPU)")}
     real = v == REAL
     source = (model.calibration.path if model.samples is None else model.samples.description) if real else \
         f"seed {model.calibration.seed}"

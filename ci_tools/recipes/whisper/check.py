@@ -27,6 +27,7 @@ from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
 from ...util.metrics import compare, worst
+from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
 
 CHECK_VERSION = 4  # bump when a change here should verify every chip again (3: clips packed into windows;
@@ -313,63 +314,53 @@ def _key(graph_keys: list[str], packed: list[list[Clip]], language: str, max_tok
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def check_transcripts(loaded, records: dict[str, TargetRecord], exports: dict[str, Path], out: Path, cache: Path,
-                      jobs: int = 1, from_store: bool = False, force: bool = False, progress=None) -> None:
-    """Verify every (model, chip, precision) of the models with ``verify.kind: transcript`` whose graphs all built.
+def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
+    """Verify every chip build of ``check.groups`` (a model with ``verify.kind: transcript``) by what it
+    transcribes: the records as judged, saying ``verified``, ``transcript`` and per-graph ``parity``; a chip
+    whose emulator transcript is too far from the CPU's fails both its targets (exit code 7)."""
+    model, loaded = check.model, check.loaded
+    clips, recorded = verify_clips(loaded, model, check.cache)
+    # every chip build of the matrix takes its turn, whatever the filters of this build
+    turns = [(s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
+             if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
+    store = check.cache / "transcripts"
+    pending, results = [], {}
+    cpu = None
+    for (soc, precision), rs in sorted(check.groups.items()):
+        mine = pack_windows(chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip),
+                            model.verify.pack)
+        key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
+        cached = store / f"{key}.json"
+        if cached.is_file() and not check.force:
+            results[(soc, precision)] = json.loads(cached.read_text())
+            continue
+        if check.from_store:
+            results[(soc, precision)] = None
+            continue
+        if cpu is None:
+            cpu = _cpu_transcripts(check.export, clips, model.verify.language, model.verify.max_tokens)
+        pending.append(_job(check, soc, precision, rs, mine, key, cpu))
+    for job, result in _run(pending, check.jobs, check.progress, model.name):
+        if isinstance(result, dict):
+            write_json(store / f"{job['key']}.json", result)
+        results[(job["soc"], job["precision"])] = result
+    export_check = _export_check(check.export)
+    return [r for group, result in results.items()
+            for r in _apply(model, check.groups[group], result, export_check, recorded)]
 
-    Replaces the records of ``records`` (the build's, by target id) with ones that say ``verified``,
-    ``transcript``, per-graph ``parity``;
-    a chip whose emulator transcript is too far from the CPU's fails both its targets (exit code 7).
-    """
-    store = cache / "transcripts"
-    for model in loaded.matrix.models:
-        if model.verify is None or model.name not in exports:
-            continue
-        groups: dict[tuple[str, str], list[TargetRecord]] = {}
-        for r in records.values():
-            if r.model == model.name:
-                groups.setdefault((r.soc, r.precision), []).append(r)
-        groups = {k: v for k, v in groups.items() if len(v) == len(model.graphs) and all(r.built for r in v)}
-        if not groups:
-            continue
-        clips, recorded = verify_clips(loaded, model, cache)
-        export_dir = exports[model.name]
-        # every chip build of the matrix takes its turn, whatever the filters of this build
-        turns = [(s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
-                 if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
-        pending, results = [], {}
-        cpu = None
-        for (soc, precision), rs in sorted(groups.items()):
-            mine = pack_windows(chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip),
-                                model.verify.pack)
-            key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
-            cached = store / f"{key}.json"
-            if cached.is_file() and not force:
-                results[(soc, precision)] = json.loads(cached.read_text())
-                continue
-            if from_store:
-                results[(soc, precision)] = None
-                continue
-            if cpu is None:
-                cpu = _cpu_transcripts(export_dir, clips, model.verify.language, model.verify.max_tokens)
-            s = loaded.catalog.get(soc)
-            pending.append({
-                "key": key, "soc": soc, "precision": precision, "export_dir": str(export_dir),
-                "language": model.verify.language, "max_tokens": model.verify.max_tokens, "cpu": cpu["texts"],
-                "cpu_wer": cpu["wer"],
-                "chip": {"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
-                "clips": [{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
-                           "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in mine],
-                "graphs": {r.graph: {"folder": str(out / r.id), "context_onnx": r.context_onnx,
-                                     "binaries": r.binaries} for r in rs}})
-        for job, result in _run(pending, jobs, progress, model.name):
-            if isinstance(result, dict):
-                write_json(store / f"{job['key']}.json", result)
-            results[(job["soc"], job["precision"])] = result
-        export_check = _export_check(export_dir)
-        for (soc, precision), result in results.items():
-            for r in _apply(model, groups[(soc, precision)], result, export_check, recorded):
-                records[r.id] = r
+
+def _job(check: ChipCheck, soc: str, precision: str, rs: list[TargetRecord], windows: list[list[Clip]], key: str,
+         cpu: dict) -> dict:
+    """One chip's check as the worker takes it (plain data: it crosses to a spawned process)."""
+    model, s = check.model, check.loaded.catalog.get(soc)
+    return {
+        "key": key, "soc": soc, "precision": precision, "export_dir": str(check.export),
+        "language": model.verify.language, "max_tokens": model.verify.max_tokens, "cpu": cpu["texts"],
+        "cpu_wer": cpu["wer"], "chip": {"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
+        "clips": [{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
+                   "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in windows],
+        "graphs": {r.graph: {"folder": str(check.folders[r.id]), "context_onnx": r.context_onnx,
+                             "binaries": r.binaries} for r in rs}}
 
 
 def _run(pending: list[dict], jobs: int, progress, model: str):

@@ -81,8 +81,10 @@ def _wav_bytes(audio) -> bytes:
 
 
 def readme_context(top: str, members: list[tuple[str, Path | bytes]], binaries: list[str]) -> dict:
-    """What the archive README's Whisper section shows: the sample clip and the binaries."""
+    """The archive README's Whisper section (its template), the sample clip and the binaries."""
     names = [n[len(top) + 1:] for n, _ in members]
     sample = next((n for n in names if n.startswith("sample/") and n.endswith(".wav")), None)
     text = next((n for n in names if n.startswith("sample/") and n.endswith(".txt")), None)
-    return {"whisper": True, "sample": sample, "sample_text": text, "binaries": binaries}
+    return {"recipe_readme": "recipes/whisper_readme.md.j2", "sample": sample, "sample_text": text,
+            "binaries": binaries,
+            "recipe_sample_row": "a clip and what these binaries transcribed from it, for a smoke test on a device"}
