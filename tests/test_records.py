@@ -43,7 +43,7 @@ def test_with_makes_a_new_record_and_keeps_the_old_one():
 
 def test_an_errors_details_stay_at_the_top_level():
     diagnosis = {"rejected_nodes": 1, "ops": {"Erf": 1}}
-    r = TargetRecord.make(**WHO, status="failed", error="rejected", exit_code=6, diagnosis=diagnosis)
+    r = TargetRecord.failure(WHO, "rejected", 6, {"diagnosis": diagnosis})
     assert r.details == {"diagnosis": diagnosis}
     assert r.to_json()["diagnosis"] == diagnosis
     assert TargetRecord.from_json(json.loads(json.dumps(r.to_json()))) == r
@@ -77,3 +77,18 @@ def test_verdicts_of_records_and_of_manifest_assets():
     assert verdict(TargetRecord.make(**WHO, status="ok", verified=True)) == "generated-inputs"
     assert verdict_label({"verified": False}) == "not verified"  # a manifest asset is a plain dict
     assert weakest(["real-samples", "generated-inputs"]) == "generated-inputs" and weakest([]) == "not-verified"
+
+
+def test_a_misspelt_field_is_refused_not_written():
+    import pytest
+
+    r = TargetRecord.make(id="m.g.sm8750.fp16", model="m", graph="g", soc="SM8750", precision="fp16", status="ok")
+    with pytest.raises(TypeError, match="did you mean 'verified'"):
+        r.with_(verfied=True)
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        TargetRecord.make(id="x", model="m", graph="g", soc="s", precision="fp16", status="ok", colour=1)
+    # an error's own fields (QnnReleaseError.details) are kept, at the top level, as written
+    failed = TargetRecord.failure({"id": "x", "model": "m", "graph": "g", "soc": "s", "precision": "fp16"},
+                                  "boom", 5, {"diagnosis": {"node": "n1"}})
+    assert failed.to_json()["diagnosis"] == {"node": "n1"}
+    assert TargetRecord.from_json(failed.to_json()) == failed

@@ -10,15 +10,12 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..util import qnn_version
 from .socs import HTP_ARCHS, Soc
 
 # onnxruntime-qnn's ParseHtpArchitecture accepts these htp_arch values (2.7.0 and its newest source
 # stop at 81: "Invalid HTP architecture: 85"). `qnn-release socs --check` tests that this still holds.
 ORT_EP_HTP_ARCHS = (68, 69, 73, 75, 79, 81)
-
-
-def version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", v)[:3])
 
 
 @dataclass(frozen=True)
@@ -35,7 +32,7 @@ class Route:
             what = (needs + " and " if needs else "") + f"a route that accepts htp_arch {soc.htp_arch}"
             return (f"{soc.name} (HTP {soc.arch}) needs {what}; {self.label} accepts "
                     f"v{self.htp_archs[0]}-v{self.htp_archs[-1]}")
-        if needs and self.qnn_version and version_tuple(self.qnn_version) < version_tuple(soc.qnn_min or ""):
+        if needs and self.qnn_version and qnn_version.numbers(self.qnn_version) < qnn_version.numbers(soc.qnn_min):
             return f"{soc.name} (HTP {soc.arch}) needs {needs}; {self.label} is older"
         return None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import QnnReleaseError
+from ..util.precision import PRECISIONS
 
 
 def _matrix_arg(p: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def _target_filters(p: argparse.ArgumentParser) -> None:
     # repeated filters add up: --soc SM8550 --soc SM8750 builds both
     p.add_argument("--model", action="append", help="a model (repeat for several)")
     p.add_argument("--soc", action="append", help="a chip or a group (repeat for several)")
-    p.add_argument("--precision", action="append", choices=["fp16", "w8a16", "int8"], help="repeatable")
+    p.add_argument("--precision", action="append", choices=PRECISIONS, help="repeatable")
     p.add_argument("--graph", action="append", help="only this graph of the model(s) (repeatable)")
     p.add_argument("--backend", default="ort",
                    help="compile route: ort (default) or qairt; chips it cannot target are refused")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..release.github import token_from_env
+from ..util.precision import PRECISIONS
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -90,7 +91,7 @@ def register(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--soc", help="SM8750, sm8750-ac, qualcomm-snapdragon-8-elite ...")
     g.add_argument("--adb", nargs="?", const="", metavar="SERIAL", help="ask the device: getprop ro.soc.model")
-    p.add_argument("--precision", choices=["fp16", "w8a16", "int8"])
+    p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--dest", type=Path, required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fetch)

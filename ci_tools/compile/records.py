@@ -94,28 +94,35 @@ class TargetRecord:
 
     @classmethod
     def make(cls, **values: Any) -> TargetRecord:
-        """A record from keyword values; names that are not fields are the error's details."""
-        known = {k: v for k, v in values.items() if k in _FIELDS}
-        details = {k: v for k, v in values.items() if k not in _FIELDS}
-        return cls(**known, details=details, nulls=frozenset(k for k, v in known.items() if v is None))
+        """A record from keyword values; a name that is not a field is refused (a misspelt one must not
+        become a new key of target.json)."""
+        _refuse_unknown(values)
+        return cls(**values, nulls=frozenset(k for k, v in values.items() if v is None))
 
     @classmethod
     def failure(cls, who: Mapping[str, Any], error: str, exit_code: int, details: Mapping[str, Any] | None = None,
                 **more: Any) -> TargetRecord:
-        """A failed target: who it is, the one-line error, its exit code, and the error's own fields (which win,
-        as they did when records were merged dicts)."""
-        return cls.make(**{**who, "status": FAILED, "error": error, "exit_code": exit_code, **more, **(details or {})})
+        """A failed target: who it is, the one-line error, its exit code, and the error's own fields
+        (``QnnReleaseError.details``: written at the top level; a field of the record among them wins)."""
+        _refuse_unknown({**who, **more})
+        return cls._split({**who, "status": FAILED, "error": error, "exit_code": exit_code, **more, **(details or {})})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TargetRecord:
-        return cls.make(**data)
+        """A record as written: keys that are not fields are the error's details written at the top level."""
+        return cls._split(data)
+
+    @classmethod
+    def _split(cls, values: Mapping[str, Any]) -> TargetRecord:
+        known = {k: v for k, v in values.items() if k in _FIELDS}
+        details = {k: v for k, v in values.items() if k not in _FIELDS}
+        return cls(**known, details=details, nulls=frozenset(k for k, v in known.items() if v is None))
 
     def with_(self, **changes: Any) -> TargetRecord:
-        """This record with ``changes`` (a field set to None is then written as null)."""
-        known = {k: v for k, v in changes.items() if k in _FIELDS}
-        details = {**self.details, **{k: v for k, v in changes.items() if k not in _FIELDS}}
-        nulls = (self.nulls - known.keys()) | {k for k, v in known.items() if v is None}
-        return dataclasses.replace(self, **known, details=details, nulls=frozenset(nulls))
+        """This record with ``changes`` (a field set to None is then written as null); an unknown name is refused."""
+        _refuse_unknown(changes)
+        nulls = (self.nulls - changes.keys()) | {k for k, v in changes.items() if v is None}
+        return dataclasses.replace(self, **changes, nulls=frozenset(nulls))
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in _FIELDS if getattr(self, k) is not None or k in self.nulls}
@@ -127,6 +134,16 @@ class TargetRecord:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TargetRecord) if f.name not in ("details", "nulls"))
+
+
+def _refuse_unknown(values: Mapping[str, Any]) -> None:
+    import difflib
+
+    unknown = sorted(set(values) - set(_FIELDS))
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
+        raise TypeError(f"TargetRecord has no field {', '.join(map(repr, unknown))}"
+                        + (f" (did you mean {near[0]!r}?)" if near else ""))
 
 
 def verdict(record: TargetRecord | Mapping[str, Any]) -> str:

@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from packaging.version import InvalidVersion, Version
 
 from ..compile.records import BuildReport, TargetRecord
 from ..compile.verify import check, thresholds_for
@@ -16,6 +15,7 @@ from ..errors import QnnReleaseError, UsageError, VerifyError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared
 from ..util.metrics import compare, worst
+from ..util.qnn_version import major_minor, triple  # noqa: F401 (the device routes take them from here)
 from .inputs import MAX_ENTRIES, DeviceInputs
 from .numbers import DeviceNumbers, DeviceParity
 
@@ -59,22 +59,6 @@ def prepared_for(report: BuildReport, r: TargetRecord) -> Prepared:
                 return prep
     raise QnnReleaseError(f"{r.id}: the prepared graph is gone from the cache",
                           hint="run `qnn-release build` again (nothing recompiles)")
-
-
-def major_minor(version: str | None) -> tuple[int, int] | None:
-    try:
-        v = Version((version or "").split()[0].lstrip("v"))
-    except (InvalidVersion, IndexError):
-        return None
-    return (v.major, v.minor)
-
-
-def triple(version: str | None) -> tuple[int, int, int] | None:
-    """major.minor.patch of a QNN/QAIRT version ("2.45.40.251225135753_193295" -> (2, 45, 40))."""
-    import re
-
-    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)", (version or "").strip())
-    return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
 def model_of(loaded: LoadedMatrix, target_id: str) -> Model | None:

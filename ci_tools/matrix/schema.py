@@ -15,14 +15,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from ..catalog.socs import Catalog, Soc, UnknownSocError, load_catalog
 from ..errors import ConfigError
 from ..paths import REPO_ROOT
+from ..util.precision import PRECISIONS, Precision  # noqa: F401 (the one list, re-exported)
 from ..util.validation import PATTERN_HINTS, did_you_mean, dotted_path, validate
 from ..util.yaml_lines import Loc, line_of, load_with_lines
 
 DEFAULT_MATRIX = REPO_ROOT / "matrix" / "models.yaml"
 SCHEMA_FILE = REPO_ROOT / "matrix" / "models.schema.json"
 
-Precision = Literal["fp16", "w8a16", "int8"]
-PRECISIONS: tuple[str, ...] = ("fp16", "w8a16", "int8")
 DType = Literal["float32", "float16", "int32", "int64", "int16", "uint16", "int8", "uint8", "bool"]
 
 PATTERN_HINTS.update({

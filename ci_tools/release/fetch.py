@@ -26,10 +26,11 @@ from ..catalog.socs import UnknownSocError, load_catalog
 from ..errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
 from ..sources.download import discard, downloads_dir, fetch_verified
 from ..util.files import replace_dir, staging_dir
+from ..util.precision import PRECISIONS
 from .extract import check_archive, extract_checked
 from .github import GitHub
 
-PRECISION_ORDER = ("fp16", "w8a16", "int8")
+PRECISION_ORDER = PRECISIONS
 
 
 @dataclass

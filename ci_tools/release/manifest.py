@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..device.numbers import OnDevice
 from ..paths import REPO_ROOT
+from ..util.precision import PRECISIONS, Precision
 
 SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "manifest.schema.json"
 MANIFEST_VERSION = 1
 # what a client tries first when the release has several precisions for one model and chip
-PRECISION_ORDER = ("fp16", "w8a16", "int8")
+PRECISION_ORDER = PRECISIONS
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the asset's bytes, lower-case hex")]
 AssetName = Annotated[str, Field(pattern=r"^[^/\\]+$", description="the release asset's file name (no folders)")]
@@ -42,7 +43,7 @@ class ModelAsset(_A):
     soc_aliases: list[str] = Field(description="lower-case spellings of that chip this archive answers to "
                                    "(the part name first); a client matches the chip it resolved against "
                                    "`soc` or, lower-cased, against these")
-    precision: Literal["fp16", "w8a16", "int8"]
+    precision: Precision
     sdk_version: str = Field(description="the QNN version the binaries were compiled with; the runtime "
                              "libraries shipped beside them must be of this version")
     graphs: list[str] = Field(min_length=1, description="the model's graphs, each a context binary in the archive")

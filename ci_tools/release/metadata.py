@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..device.numbers import DeviceRun, OnDevice
 from ..paths import REPO_ROOT
+from ..util.precision import Precision
 
 SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "metadata.schema.json"
 METADATA_VERSION = 2  # 2: numbers.<graph>.device and on_device from real devices (device-numbers.json)
@@ -73,7 +74,7 @@ class GraphInfo(_M):
 
 
 class Quantization(_M):
-    precision: Literal["fp16", "w8a16", "int8"]
+    precision: Precision
     activation_bits: int
     weight_bits: int
     calibration_sha256: str | None

@@ -29,6 +29,7 @@ from ..prepare.quantize import BITS
 from ..recipes import ArchiveExtras, ArchivePart, recipe_for
 from ..sources.store import sha256_file
 from ..util.files import replace_dir, write_atomic, write_json
+from ..util.qnn_version import core as version_core
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
 from .metadata import METADATA_VERSION, Metadata
@@ -46,14 +47,6 @@ class PackageResult:
     release: Path
     assets: list[dict]
     notes: Path | None
-
-
-def version_core(version: str | None) -> str | None:
-    """``major.minor.patch.build`` of a QNN version, whatever build stamp follows (v2.40.0.251030123456_1)."""
-    import re
-
-    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)\.(\d{6})", version or "")
-    return ".".join(m.groups()) if m else None
 
 
 def sdk_sha256(root: Path) -> str | None:
