@@ -324,10 +324,11 @@ def test_sample_mistakes_are_one_line_errors_on_their_model_and_never_switch_a_c
 def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
     """The qairt route runs qnn-net-run once per call: a stream goes through it step by step, the state fed
     back; a route with no emulator at all leaves the target unverified (None), never judged on nothing."""
-    from ci_tools.compile.target_job import _NoEmulator, _one_run_per_step
+    from ci_tools.compile.backends import Backend
+    from ci_tools.compile.backends import NoEmulator as _NoEmulator
     from ci_tools.sources.samples import run_stream
 
-    class NetRun:  # stands in for QairtBackend.run: one process per call, outputs of each feed
+    class NetRun(Backend):  # stands in for QairtBackend.run: one process per call, outputs of each feed
         calls = 0
 
         def run(self, job, result, feeds):
@@ -336,16 +337,16 @@ def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
             return [[f["x"] * 2, f["state"] + 1]], 0.01
 
     steps = [{"x": np.full((1, 2), float(i), np.float32), "state": np.zeros((1, 2), np.float32)} for i in range(3)]
-    with _one_run_per_step(NetRun())(None, None) as step:
+    with NetRun().stepper(None, None) as step:
         fed, outs = run_stream(step, steps, {"stateN": "state"}, ["y", "stateN"])
     assert [float(o[0][0, 0]) for o in outs] == [0.0, 2.0, 4.0]
     assert NetRun.calls == 3 and [float(f["state"][0, 0]) for f in fed] == [0.0, 1.0, 2.0]
 
-    class NoEmulator:
+    class NoEmulator(Backend):
         def run(self, job, result, feeds):
             return None
 
-    with pytest.raises(_NoEmulator), _one_run_per_step(NoEmulator())(None, None) as step:
+    with pytest.raises(_NoEmulator), NoEmulator().stepper(None, None) as step:
         step(steps[0])
 
 

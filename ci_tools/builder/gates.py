@@ -19,12 +19,11 @@ def trial_compile(route, prep: Prepared, targets: list[Target], out: Path, cache
     tried in fp16 for the fp16 targets; a quantized precision's QDQ graph (``quantized``) for its own
     targets, since HTP takes different ops in float and quantized graphs. A rejection fails those targets
     once, with its cause, instead of once per chip. Routes without a trial skip this."""
-    trial = getattr(route, "doctor", None)
     capable = [t for t in targets if t.soc.fp16 or quantized is not None]
-    if trial is None or not capable:
+    if not capable:
         return None
     t = max(capable, key=lambda x: (x.soc.htp_arch, x.soc.soc_model))
-    diagnosis = trial(prep, t.soc, quantized) if quantized is not None else trial(prep, t.soc)
+    diagnosis = route.doctor(prep, t.soc, quantized)
     if diagnosis is None or not diagnosis.rejected:
         return None
     from ..errors import CompileError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..device.measure import VIAS
 from ..errors import UsageError, VerifyError
 
 
@@ -44,7 +45,7 @@ def register(sub) -> None:
     p = sub.add_parser("device-numbers", help="run every built target on a real device of its chip (Qualcomm AI "
                        "Hub): latency, memory, placement, parity vs CPU, speedup vs the device's CPU")
     p.add_argument("dist", type=Path, nargs="?", default=Path("dist"), help="the build folder (build-report.json)")
-    p.add_argument("--via", choices=["ai-hub", "adb"], default="ai-hub",
+    p.add_argument("--via", choices=list(VIAS), default="ai-hub",
                    help="Qualcomm AI Hub (QAI_HUB_API_TOKEN), or the phone on adb (a self-hosted runner's)")
     p.add_argument("--serial", help="adb: the phone (default: $ANDROID_SERIAL, or the only one attached)")
     p.add_argument("--qnn-sdk", type=Path, help="adb: the QAIRT tree whose qnn-net-run and runtime libraries go "

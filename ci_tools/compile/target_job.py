@@ -188,7 +188,7 @@ def _compiled(spec: TargetSpec, backend, result, tmp: Path) -> dict:
         "source_parameters": prep.source_parameters,
         "bytes_per_source_parameter": round(size / prep.source_parameters, 3) if prep.source_parameters else None,
         "calibration_sha256": spec.calibration_hash, "weight_scales": spec.weight_scales,
-        "sdk_sha256": getattr(backend, "sdk_sha256", lambda: None)(),
+        "sdk_sha256": backend.sdk_sha256(),
     }
 
 
@@ -221,46 +221,24 @@ def forget(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _one_run_per_step(backend):
-    """A route without an emulator session (qairt: one qnn-net-run per call) runs a stream one step per run:
-    slower, the same judgement. A route with no emulator at all returns None from run: no verification."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def stepper(job, result):
-        def step(feed):
-            ran = backend.run(job, result, [feed])
-            if ran is None:
-                raise _NoEmulator
-            return ran[0][0]
-
-        yield step
-
-    return stepper
-
-
-class _NoEmulator(Exception):
-    pass
-
-
 def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     """Run the binary on the emulator and judge it against CPU: (Verification, emulator seconds in all),
     or None when the route has no emulator here."""
+    from .backends import NoEmulator
     from .verify import check, check_streams, thresholds_for
 
     th = thresholds_for(spec.options, spec.precision)
     names = [o.name for o in spec.prepared.outputs]
     ss = spec.sample_set
     if ss is not None and ss.stream is not None:
-        stepper = getattr(backend, "stepper", None) or _one_run_per_step(backend)
         cpu = cpu_session(spec.prepared.path)
         reference = [run_stream(lambda f: cpu.run(None, f), steps, ss.stream.carry, names)[1]
                      for _, steps in ss.streams]
         start = time.monotonic()
         try:
-            with stepper(job, result) as step:
+            with backend.stepper(job, result) as step:
                 compiled = [run_stream(step, steps, ss.stream.carry, names)[1] for _, steps in ss.streams]
-        except _NoEmulator:
+        except NoEmulator:
             return None
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)

@@ -19,6 +19,10 @@ from ..sources.store import sha256_file
 from .common import Settings, now, read_report, select_targets
 from .numbers import FILE, DeviceNumbers, DeviceRun
 
+# The device routes, as compile/backends has BACKENDS: each module has ``measure(out, loaded, report, records,
+# settings, env, runs) -> (note, runtimes)``; adding a route is adding a module and a line here.
+VIAS = {"ai-hub": "ci_tools.device.via_hub", "adb": "ci_tools.device.via_adb"}
+
 
 def device_numbers(out: Path, *, via: str = "ai-hub", soc: list[str] | None = None, model: list[str] | None = None,
                    settings: Settings | None = None, env: Mapping[str, str] | None = None) -> DeviceNumbers:
@@ -29,10 +33,9 @@ def device_numbers(out: Path, *, via: str = "ai-hub", soc: list[str] | None = No
     loaded = load_matrix(report.matrix)
     records = select_targets(loaded, report, soc, model)
     settings = settings or Settings()
-    if via == "adb":
-        from .via_adb import measure
-    else:
-        from .via_hub import measure
+    import importlib
+
+    measure = importlib.import_module(VIAS[via]).measure
     runs: dict[str, DeviceRun] = {}
     note, runtimes = "stopped before every target was measured (interrupted, or an internal error)", []
     try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -37,7 +39,15 @@ class CompileResult:
     logs: list[Path] = field(default_factory=list)
 
 
+class NoEmulator(Exception):
+    """Raised inside ``Backend.stepper``'s steps by a route with no emulator here: nothing is verified."""
+
+
 class Backend(Protocol):
+    """A compile route. ``sdk_version``, ``precompile``, ``compile`` and ``run`` are what every route does;
+    the other methods are abilities with a default a route overrides when it has them (a route subclasses
+    this Protocol to take the defaults)."""
+
     name: str
 
     def sdk_version(self) -> str:
@@ -53,6 +63,29 @@ class Backend(Protocol):
     def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]
             ) -> tuple[list[list[np.ndarray]], float] | None:
         """Run the compiled target on an emulator: outputs per feed and seconds per run; None if impossible."""
+
+    def sdk_sha256(self) -> str | None:
+        """The sha256 of the SDK archive the toolchain came from, when the route knows it (target records)."""
+        return None
+
+    def doctor(self, prepared: Prepared, soc: Soc, quantized: Path | None = None):
+        """A trial compile (CPU fallback allowed) naming every node HTP rejects: a ``Diagnosis``; None when
+        the route has no trial (the per-chip compiles report what they fail on)."""
+        return None
+
+    @contextlib.contextmanager
+    def stepper(self, job: CompileJob, result: CompileResult) -> Iterator[Callable[[dict], list[np.ndarray]]]:
+        """Many runs of one binary (a stream's steps): yields ``step(feed) -> outputs``. By default one
+        ``run`` per step (qairt: one qnn-net-run per call): slower, the same judgement; ``NoEmulator`` when
+        the route has no emulator here."""
+
+        def step(feed: dict) -> list[np.ndarray]:
+            ran = self.run(job, result, [feed])
+            if ran is None:
+                raise NoEmulator
+            return ran[0][0]
+
+        yield step
 
 
 BACKENDS = {"ort": "ci_tools.compile.backends.ort:OrtBackend",

@@ -17,10 +17,10 @@ from ...errors import CompileError
 from ...prepare.quantize import quantize_graph
 from .. import qnn_ep
 from ..doctor import diagnose
-from . import CompileJob, CompileResult
+from . import Backend, CompileJob, CompileResult
 
 
-class OrtBackend:
+class OrtBackend(Backend):
     name = "ort"
 
     def __init__(self) -> None:

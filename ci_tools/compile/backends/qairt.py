@@ -36,7 +36,7 @@ import numpy as np
 
 from ...errors import BackendUnavailable, CompileError, QnnReleaseError
 from ...prepare.graph import Prepared
-from . import CompileJob, CompileResult
+from . import Backend, CompileJob, CompileResult
 
 BIN = Path("bin") / "x86_64-linux-clang"
 WARNING = re.compile(r"warn|unsupported|not supported|quantiz|fallback|accuracy", re.IGNORECASE)
@@ -155,7 +155,7 @@ def sdk_environment(root: Path, base: dict[str, str] | None = None) -> dict[str,
     return base
 
 
-class QairtBackend:
+class QairtBackend(Backend):
     name = "qairt"
 
     def __init__(self, root: Path | None = None) -> None:
