@@ -148,3 +148,20 @@ def test_no_stage_names_a_recipe():
                     and "whisper" in node.value.lower():
                 named.append(f"{path.relative_to(PKG.parent)}:{node.lineno} names whisper: {node.value[:60]!r}")
     assert not named, "\n".join(named)
+
+
+def test_every_subprocess_goes_through_the_one_chokepoint():
+    """util/cmd.run logs, resolves the executable, applies the timeout and makes a missing tool one line; the unit
+    tier's guard replaces it. A direct subprocess call elsewhere would escape all of that (issue #32)."""
+    direct = []
+    for p in sorted(PKG.rglob("*.py")):
+        if p == PKG / "util" / "cmd.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "subprocess" \
+                    and node.attr in ("run", "Popen", "call", "check_call", "check_output", "getoutput"):
+                direct.append(f"{p.relative_to(PKG.parent)}:{node.lineno} subprocess.{node.attr}")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
+                    and node.attr in ("system", "popen", "execv", "execvp", "spawnv"):
+                direct.append(f"{p.relative_to(PKG.parent)}:{node.lineno} os.{node.attr}")
+    assert not direct, "use ci_tools.util.cmd.run:\n" + "\n".join(direct)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from ..errors import SourceError
 from ..matrix.schema import Model
 from ..sources.store import SourceStore
+from ..util import cmd
 
 
 def model_sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
@@ -35,7 +35,7 @@ def model_sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, s
                 for a in model.export.command]
         if argv[0] == "python":
             argv[0] = sys.executable
-        r = subprocess.run(argv, capture_output=True, text=True, cwd=store.repo_root)
+        r = cmd.run(argv, capture_output=True, text=True, cwd=store.repo_root)
         (tmp / "export.log").write_text(r.stdout + r.stderr)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -32,6 +31,7 @@ from ..catalog.routes import ORT_EP_HTP_ARCHS
 from ..catalog.socs import Catalog, Soc
 from ..errors import BackendUnavailable, CompileError
 from ..paths import REPO_ROOT
+from ..util import cmd
 
 SNAPSHOT = REPO_ROOT / "matrix" / "soc_sources.yaml"
 EP = "onnxruntime-qnn"
@@ -231,7 +231,7 @@ def _qairt_findings(socs: list[Soc], report: Report) -> bool:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(pylib), os.environ.get("PYTHONPATH")])),
            "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(sdk / "lib" / "x86_64-linux-clang"),
                                                             os.environ.get("LD_LIBRARY_PATH")]))}
-    r = subprocess.run([os.environ.get("QNN_PYTHON", "python3"), "-c", QAIRT_PROBE, *(s.name for s in socs)],
+    r = cmd.run([os.environ.get("QNN_PYTHON", "python3"), "-c", QAIRT_PROBE, *(s.name for s in socs)],
                        capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ..util import cmd
+
 
 class AdbFault(Exception):
     def __init__(self, status: str, reason: str):
@@ -32,16 +34,16 @@ class Adb:
         self.serial = serial or os.environ.get("ANDROID_SERIAL") or self._only_phone()
 
     def _run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        cmd = [self.exe, *(["-s", self.serial] if getattr(self, "serial", None) else []), *args]
+        argv = [self.exe, *(["-s", self.serial] if getattr(self, "serial", None) else []), *args]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            r = cmd.run(argv, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise AdbFault("timeout", f"adb {args[0]}: no answer within {timeout:.0f} s") from None
         except OSError as e:
             raise AdbFault("unavailable", f"adb {args[0]}: {type(e).__name__}: {e}") from None
         if self.log:
             with open(self.log, "a") as f:
-                f.write(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}[exit {r.returncode}]\n")
+                f.write(f"$ {' '.join(argv)}\n{r.stdout}{r.stderr}[exit {r.returncode}]\n")
         return r
 
     def _only_phone(self) -> str:

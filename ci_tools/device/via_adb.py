@@ -30,6 +30,7 @@ from ..compile.records import BuildReport, TargetRecord
 from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache
+from ..util import cmd
 from .adb import Adb, AdbFault
 from .common import Settings, judge, log_path, major_minor, now, prepared_for, status_of
 from .inputs import device_inputs
@@ -189,7 +190,7 @@ def _profile(root: Path, log: Path, runs: int) -> tuple[float | None, Latency | 
     if not log.is_file() or not viewer.is_file():
         return None, None
     try:
-        text = subprocess.run([str(viewer), "--input_log", str(log)], capture_output=True, text=True,
+        text = cmd.run([str(viewer), "--input_log", str(log)], capture_output=True, text=True,
                               timeout=300).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None, None  # the outputs and their parity stand without timings

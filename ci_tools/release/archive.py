@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import PackageError
+from ..util import cmd
 
 MTIME = 1_577_836_800  # 2020-01-01T00:00:00Z: a fixed date, not the build's
 CHUNK = 4 * 900_000  # four bzip2 blocks of 900 kB per stream
@@ -80,7 +81,7 @@ def compress_bz2(src: Path, dest: Path, workers: int | None = None, use_external
         tool = external_compressor() if use_external else None
         if tool:
             with open(src, "rb") as f, open(tmp, "wb") as g:
-                r = subprocess.run(tool, stdin=f, stdout=g, stderr=subprocess.PIPE)
+                r = cmd.run(tool, stdin=f, stdout=g, stderr=subprocess.PIPE)
             if r.returncode != 0:
                 raise PackageError(f"{tool[0]} failed on {src.name}: {r.stderr.decode(errors='replace')[:200]}")
         else:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..catalog.socs import UnknownSocError, load_catalog
 from ..errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
 from ..sources.download import discard, downloads_dir, fetch_verified
+from ..util import cmd
 from ..util.files import replace_dir, staging_dir
 from ..util.precision import PRECISIONS
 from .extract import check_archive, extract_checked
@@ -54,10 +54,10 @@ def soc_from_adb(serial: str | None = None) -> str:
     if not adb:
         raise UsageError("--adb: no adb on PATH", hint="install Android platform-tools, or pass --soc")
     argv = [adb, *(["-s", serial] if serial else []), "shell", "getprop", "ro.soc.model"]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    r = cmd.run(argv, capture_output=True, text=True, timeout=30)
     value = r.stdout.strip()
     if r.returncode == 0 and not value:  # no ro.soc.model (Android < 12): the kernel's soc_id
-        soc_id = subprocess.run([*argv[:-2], "cat", "/sys/devices/soc0/soc_id"], capture_output=True, text=True,
+        soc_id = cmd.run([*argv[:-2], "cat", "/sys/devices/soc0/soc_id"], capture_output=True, text=True,
                                 timeout=30).stdout.strip()
         value = f"soc_id:{soc_id}" if soc_id.isdigit() else ""
     if r.returncode != 0 or not value:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from ..prepare.graph import Prepared, generate_inputs, run_cpu
 from ..prepare.quantize import BITS
 from ..recipes import ArchiveExtras, ArchivePart, recipe_for
 from ..sources.store import sha256_file
+from ..util import cmd
 from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
 from .archive import make_tar_bz2
@@ -63,7 +63,7 @@ def _git_commit() -> str | None:
     from ..paths import REPO_ROOT
 
     try:
-        r = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+        r = cmd.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     except OSError:
         return None
     return r.stdout.strip() if r.returncode == 0 else None

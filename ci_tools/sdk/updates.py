@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import PublishError, SourceError
 from ..matrix.schema import LoadedMatrix, load_matrix
 from ..release.github import GitHub
+from ..util import cmd
 from ..util.files import write_atomic
 from ..util.yaml_lines import load_with_lines
 from .install import ZIP_NAME
@@ -129,7 +129,7 @@ def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str
     branch stays pushed and the answer says where to open the pull request by hand."""
     if not token:
         raise PublishError("no GitHub token", hint="set GITHUB_TOKEN (contents and pull-requests: write)")
-    r = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
+    r = cmd.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise PublishError(f"{root}: not a git checkout: {r.stderr.strip()[:200]}")

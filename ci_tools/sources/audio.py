@@ -13,12 +13,13 @@ What cannot be decoded is refused in one line that names the file and the fix.
 from __future__ import annotations
 
 import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from ..util import cmd
 
 EXTENSIONS = (".wav", ".flac", ".ogg")
 PCM, FLOAT, EXTENSIBLE = 1, 3, 0xFFFE
@@ -93,7 +94,7 @@ def _decode_elsewhere(path: Path) -> tuple[np.ndarray, int, int]:
     """FLAC/Ogg through libsndfile, in a child process (see the module's docstring for why)."""
     with tempfile.TemporaryDirectory(prefix="qnn-audio-") as tmp:
         out = Path(tmp) / "audio.npz"
-        r = subprocess.run([sys.executable, "-m", "ci_tools.sources.audio", str(path), str(out)],
+        r = cmd.run([sys.executable, "-m", "ci_tools.sources.audio", str(path), str(out)],
                            capture_output=True, text=True)
         if r.returncode != 0 or not out.exists():
             why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]

