@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ci_tools.builder.orchestrate import build
+from ci_tools.builder.orchestrate import BuildSettings, TargetFilter, build
 from ci_tools.compile import backends
 from ci_tools.matrix.schema import load_matrix
 from tests import models
@@ -30,7 +30,7 @@ def _leftovers(out):
 def test_a_failing_target_leaves_nothing_and_others_finish(matrix, tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_BACKEND_SOCS", "SM8650")
     out = tmp_path / "dist"
-    report = build(matrix, out=out, backend="interrupting", cache=tmp_path / "c")
+    report = build(matrix, BuildSettings(out=out, backend="interrupting", cache=tmp_path / "c"))
     status = {r.id: r.status for r in report.records}
     assert status == {"m.main.sm8550.fp16": "ok", "m.main.sm8650.fp16": "failed", "m.main.sm8750.fp16": "ok"}
     assert not (out / "m.main.sm8650.fp16").exists() and _leftovers(out) == []
@@ -41,7 +41,7 @@ def test_ctrl_c_leaves_no_finished_looking_target(matrix, tmp_path, monkeypatch)
     monkeypatch.setenv("TEST_BACKEND_MODE", "interrupt")
     out = tmp_path / "dist"
     with pytest.raises(KeyboardInterrupt):
-        build(matrix, out=out, backend="interrupting", cache=tmp_path / "c")
+        build(matrix, BuildSettings(out=out, backend="interrupting", cache=tmp_path / "c"))
     assert (out / "m.main.sm8550.fp16" / "target.json").exists()  # finished before the interrupt
     assert not (out / "m.main.sm8650.fp16").exists()
     assert not (out / "m.main.sm8750.fp16").exists()
@@ -52,7 +52,7 @@ def test_ctrl_c_leaves_no_finished_looking_target(matrix, tmp_path, monkeypatch)
 
     # the next build picks up where it stopped: the finished target is cached
     monkeypatch.setenv("TEST_BACKEND_SOCS", "")
-    report = build(matrix, out=out, backend="interrupting", cache=tmp_path / "c")
+    report = build(matrix, BuildSettings(out=out, backend="interrupting", cache=tmp_path / "c"))
     assert {r.id: r.status for r in report.records}["m.main.sm8550.fp16"] == "cached"
     assert not report.failed
 
@@ -68,8 +68,8 @@ def test_one_build_per_output_folder(matrix, tmp_path):
     with open(out / ".qnn-release.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(QnnReleaseError, match="another qnn-release build is writing here"):
-            build(matrix, out=out, backend="ort", cache=tmp_path / "c")
-    report = build(matrix, out=out, backend="ort", cache=tmp_path / "c", soc="SM8550")
+            build(matrix, BuildSettings(out=out, backend="ort", cache=tmp_path / "c"))
+    report = build(matrix, BuildSettings(out=out, backend="ort", cache=tmp_path / "c"), TargetFilter(soc="SM8550"))
     assert not report.failed and _leftovers(out) == []
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from ci_tools.compile.verify import check
+from ci_tools.compile.verify import Judging, check
 from ci_tools.matrix.schema import Thresholds
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
@@ -211,7 +211,8 @@ def test_nans_never_pass_on_the_absolute_tolerance():
 def test_failure_hints_fit_the_precision(precision, words):
     x = np.linspace(1, 2, 100)
     with pytest.raises(Exception) as e:
-        check("t", ["y"], [[x]], [[x[::-1].copy()]], FP16, 1.0, precision=precision, inputs_note="generated: ...")
+        check("t", ["y"], [[x]], [[x[::-1].copy()]], FP16, 1.0,
+              how=Judging(precision=precision, inputs_note="generated: ..."))
     assert words in e.value.hint and "generated inputs only" in e.value.hint
     assert ("calibrat" in e.value.hint) == (precision != "fp16")
 
@@ -445,7 +446,7 @@ def test_each_precision_family_gets_its_own_trial(tmp_path, monkeypatch):
     """HTP takes different ops in float and in quantized graphs: a rejection found by the fp16 trial fails the
     fp16 targets only; a w8a16 target is tried on its own QDQ graph (and compiles here)."""
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools.builder.orchestrate import build
+    from ci_tools.builder.orchestrate import BuildSettings, build
     from ci_tools.compile.backends.ort import OrtBackend
     from ci_tools.compile.doctor import Diagnosis
     from ci_tools.matrix.schema import load_matrix
@@ -461,7 +462,7 @@ def test_each_precision_family_gets_its_own_trial(tmp_path, monkeypatch):
     f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
     loaded = load_matrix(write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8750"],
                                                             precisions=["fp16", "w8a16"])]))
-    report = build(loaded, out=tmp_path / "dist", cache=tmp_path / "c")
+    report = build(loaded, BuildSettings(out=tmp_path / "dist", cache=tmp_path / "c"))
     by = {r.precision: r for r in report.records}
     assert by["fp16"].status == "failed" and "fp16 trial compile for SM8750" in by["fp16"].error
     assert "Erf" in by["fp16"].error and by["w8a16"].status == "ok", by["w8a16"].error

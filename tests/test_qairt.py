@@ -176,7 +176,7 @@ def test_per_tensor_weights_when_the_matrix_says_so(tmp_path, sdk):
 def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_path, sdk, monkeypatch):
     """audit #5: when the converter makes the I/O channel-last, inputs go in NHWC and outputs come back
     from NHWC (parity compares like with like); the stub presents NCHW to callers."""
-    from ci_tools.builder.orchestrate import build
+    from ci_tools.builder.orchestrate import BuildSettings, build
     from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()
@@ -186,7 +186,8 @@ def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_
     for k, v in _env(tmp_path, sdk).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(qairt, "KEEP_ONNX_LAYOUT", False)
-    report = build(load_matrix(matrix), out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache")
+    report = build(load_matrix(matrix),
+                   BuildSettings(out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache"))
     (t,) = report.records
     assert t.status == "ok", t.error
     folder = tmp_path / "dist" / t.id
@@ -287,7 +288,7 @@ def test_the_converter_needs_the_sdk_python_path_and_the_route_sets_it(tmp_path,
 
 def test_a_device_config_the_tools_ignore_is_caught(tmp_path, sdk, monkeypatch):  # audit #7, #9
     """Written with sherpa-onnx's soc_id key, the chip is not applied: the binary's read-back says so."""
-    from ci_tools.builder.orchestrate import build
+    from ci_tools.builder.orchestrate import BuildSettings, build
     from ci_tools.matrix.schema import load_matrix
 
     (tmp_path / "models").mkdir()
@@ -305,7 +306,8 @@ def test_a_device_config_the_tools_ignore_is_caught(tmp_path, sdk, monkeypatch):
         return ext
 
     monkeypatch.setattr(qairt.QairtBackend, "htp_config", soc_id_config)
-    report = build(load_matrix(matrix), out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache")
+    report = build(load_matrix(matrix),
+                   BuildSettings(out=tmp_path / "dist", backend="qairt", jobs=1, cache=tmp_path / "cache"))
     (t,) = report.records
     assert t.status == "failed" and "soc_model 0" in t.error and "asked for 69 / 79" in t.error
 

@@ -162,7 +162,7 @@ def test_an_invalid_quantized_graph_is_refused_and_not_cached(tmp_path, monkeypa
 
 def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime_qnn")
-    from ci_tools.builder.orchestrate import build
+    from ci_tools.builder.orchestrate import BuildSettings, build
     from ci_tools.compile.backends import ort as ort_route
     from ci_tools.errors import CompileError
     from ci_tools.matrix.schema import load_matrix
@@ -178,7 +178,7 @@ def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_p
     f = models.attention(tmp_path / "models" / "att.onnx")
     matrix = write_matrix(tmp_path, [path_model(tmp_path, "att", f, chips=["SM8750", "SM8650", "SM8550"],
                                                 precisions=["w8a16"])])
-    report = build(load_matrix(matrix), out=tmp_path / "dist", cache=tmp_path / "cache")
+    report = build(load_matrix(matrix), BuildSettings(out=tmp_path / "dist", cache=tmp_path / "cache"))
     assert calls == ["w8a16"]
     assert [t.status for t in report.records] == ["failed"] * 3
     assert all("w8a16 quantization failed: simulated" in t.error for t in report.records)

@@ -11,7 +11,7 @@ import wave
 import numpy as np
 import pytest
 
-from ci_tools.compile.verify import check_streams, judge
+from ci_tools.compile.verify import Judging, check_streams, judge
 from ci_tools.errors import ConfigError
 from ci_tools.matrix.schema import Stream, Thresholds
 from tests import models
@@ -31,7 +31,8 @@ def test_a_stream_with_htp_garbage_fails_naming_the_output_the_sample_and_the_st
     htp = _streams([0.01, 0.2, 0.9, 0.95, 0.3, 0.05])
     htp[3][0] = np.array([[-98304.01]], np.float32)  # what HTP's Pow(-0, 2) cascade made of silero-vad
     with pytest.raises(Exception) as e:
-        check_streams("vad", ["output", "stateN"], ["speech.wav"], [cpu], [htp], TH, VAD_STREAM, 0.01)
+        check_streams("vad", ["output", "stateN"], ["speech.wav"], [cpu], [htp], TH,
+                      0.01, Judging(stream=VAD_STREAM))
     msg = str(e.value)
     assert "output 'output'" in msg and "speech.wav step 3" in msg
     assert "outside [0, 1]" in msg and "beyond fp16" in msg
@@ -41,24 +42,26 @@ def test_one_ulp_above_one_is_in_range_and_decision_flips_count():
     probs = [0.1, 0.6, 0.9, 1.0, 0.4, 0.2] * 20
     cpu = _streams(probs)
     htp = _streams([float(np.nextafter(np.float32(p), np.float32(2))) for p in probs])  # HTP's +1 ulp
-    v = check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [htp], TH, VAD_STREAM, 0.01)
+    v = check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [htp], TH, 0.01, Judging(stream=VAD_STREAM))
     assert v.per_output["output"]["decision_flips"] == 0 and v.samples == len(probs)
     assert "state_drift" in v.per_output["stateN"]
     flipped = _streams([0.49 if p == 0.6 else p for p in probs])  # 20 of 120 decisions at 0.5 differ
     with pytest.raises(Exception) as e:
         check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [flipped], Thresholds(max_abs=0.2),
-                      VAD_STREAM, 0.01)
+                      0.01, Judging(stream=VAD_STREAM))
     assert "20 of 120 decisions at 0.5 differ" in str(e.value)
 
 
 def test_a_declared_state_drift_bound_fails_the_stream_that_drifts():
     probs = [0.1, 0.6, 0.9] * 10
     cpu, htp = _streams(probs), _streams(probs, state_scale=1.005)  # HTP's state 0.5 % off at every step
-    v = check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH, VAD_STREAM, 0.01)
+    v = check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH,
+                      0.01, Judging(stream=VAD_STREAM))
     assert abs(v.per_output["stateN"]["state_drift"] - 0.0045) < 1e-5  # recorded, not judged
     bounded = VAD_STREAM.model_copy(update={"max_drift": {"stateN": 0.002}})
     with pytest.raises(Exception, match=r"carried state drifts 0.0045 from CPU by the end of b.wav"):
-        check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH, bounded, 0.01)
+        check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH,
+                      0.01, Judging(stream=bounded))
     per_stream = {(d["sample"], d["output"]) for d in v.per_sample}
     assert per_stream == {(a, b) for a in ("a.wav", "b.wav") for b in ("output", "stateN")}
 
@@ -282,11 +285,11 @@ def test_argmax_outputs_are_judged_by_the_class_they_pick():
     th = Thresholds(min_cosine=0.999, min_snr_db=20.0)
     with pytest.raises(Exception, match="cosine"):
         check("rec", ["p"], ref, shifted, th, 0.1)
-    v = check("rec", ["p"], ref, shifted, th, 0.1, argmax={"p": 0.05})
+    v = check("rec", ["p"], ref, shifted, th, 0.1, how=Judging(argmax={"p": 0.05}))
     assert v.passed_by == "argmax" and v.per_output["p"]["argmax_flips"] == 0
     flipped = [[r[0][:, :, ::-1].copy()] for r in ref]  # another class almost everywhere
     with pytest.raises(Exception, match=r"positions pick another class than CPU .* worst sample"):
-        check("rec", ["p"], ref, flipped, th, 0.1, argmax={"p": 0.05})
+        check("rec", ["p"], ref, flipped, th, 0.1, how=Judging(argmax={"p": 0.05}))
 
 
 def test_inspect_names_the_nodes_that_leave_fp16_range_on_real_samples(tmp_path):
@@ -371,12 +374,13 @@ def test_an_output_that_mixes_scales_is_judged_by_declared_slice_and_every_sampl
                                                                       ("c.jpg", "output0")]
     slices = {"output0": {"boxes": OutputSlice(stop=4), "scores": OutputSlice(start=4)}}
     with pytest.raises(VerifyError, match=r"output 'output0\[scores\]' differs from CPU on .\.jpg") as e:
-        check("det", ["output0"], ref, got, th, 0.1, sample_names=["a.jpg", "b.jpg", "c.jpg"], slices=slices)
+        check("det", ["output0"], ref, got, th, 0.1, sample_names=["a.jpg", "b.jpg", "c.jpg"],
+              how=Judging(slices=slices))
     numbers = {(d["sample"], d["output"]): d for d in e.value.details["per_sample"]}
     assert len(numbers) == 6 and numbers[("b.jpg", "output0[boxes]")]["passed"]
     assert not numbers[("b.jpg", "output0[scores]")]["passed"] and numbers[("b.jpg", "output0[scores]")]["cosine"] < 0.9
     with pytest.raises(ConfigError, match=r"options.slices.output0.scores: .*outside the output's shape \[1, 50, 6\]"):
-        check("det", ["output0"], ref, got, th, 0.1, slices={"output0": {"scores": OutputSlice(start=6)}})
+        check("det", ["output0"], ref, got, th, 0.1, how=Judging(slices={"output0": {"scores": OutputSlice(start=6)}}))
 
 
 def test_slices_name_an_output_of_the_model(tmp_path):
@@ -445,7 +449,7 @@ def test_every_samples_numbers_agree_with_the_verdict_of_an_argmax_output():
     ref = [[np.array([[[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]], np.float32)] for _ in range(2)]
     got = [[np.array([[[0.4, 0.6], [0.6, 0.4], [0.45, 0.55]]], np.float32)] for _ in range(2)]  # same classes
     v = check("rec", ["probs"], ref, got, Thresholds(min_cosine=0.999), 0.1, sample_names=["a.png", "b.png"],
-              argmax={"probs": 0.05})
+              how=Judging(argmax={"probs": 0.05}))
     assert v.passed_by == "argmax"
     assert [(d["sample"], d["passed"], d["judged_by"], d["flip_rate"]) for d in v.per_sample] == [
         ("a.png", True, "argmax", 0.0), ("b.png", True, "argmax", 0.0)]

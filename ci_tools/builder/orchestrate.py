@@ -39,10 +39,9 @@ from .recipe_checks import recipe_checks
 from .workers import run_all
 
 
-def build(loaded: LoadedMatrix, *, out: Path, model=None, soc=None, precision=None, graph=None,
-          backend: str = "ort", jobs: int = 1, force: bool = False, cache: Path | None = None,
-          progress: Progress | None = None, precompile_only: bool = False, from_store: bool = False) -> BuildReport:
-    """Build the targets the filters pick (each filter a value or a list of values that add up).
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    """How a build runs (``qnn-release build``'s flags); it travels whole, never spread over parameters.
 
     ``precompile_only``: fetch, prepare and run the chip-independent work (quantize / convert /
     model libraries) for every graph and precision, compile nothing: what a release's precompile
@@ -50,24 +49,49 @@ def build(loaded: LoadedMatrix, *, out: Path, model=None, soc=None, precision=No
     built (in ``out`` or the target store); a missing one fails the build naming it, nothing is
     compiled (the publish job of a release).
     """
+
+    out: Path
+    backend: str = "ort"
+    jobs: int = 1
+    force: bool = False
+    cache: Path | None = None  # None: ``default_cache()``
+    precompile_only: bool = False
+    from_store: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetFilter:
+    """Which targets of the matrix a build takes: each a value or a list of values that add up (None: all)."""
+
+    model: str | list[str] | None = None
+    soc: str | list[str] | None = None
+    precision: str | list[str] | None = None
+    graph: str | list[str] | None = None
+
+
+def build(loaded: LoadedMatrix, settings: BuildSettings, pick: TargetFilter | None = None,
+          progress: Progress | None = None) -> BuildReport:
+    """Build the targets ``pick`` picks from the matrix, as ``settings`` say."""
     started = time.monotonic()
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    planned = make_plan(loaded, model=model, soc=soc, precision=precision, graph=graph,
-                        route=routes.detect(backend, loaded.matrix.sdk.qairt[0].version))
+    pick = pick or TargetFilter()
+    planned = make_plan(loaded, model=pick.model, soc=pick.soc, precision=pick.precision, graph=pick.graph,
+                        route=routes.detect(settings.backend, loaded.matrix.sdk.qairt[0].version))
     targets = planned.targets
     if not targets:
         raise QnnReleaseError("nothing to build: the filters match no target"
                               + (f" ({planned.refused[0].reason})" if planned.refused else ""),
                               hint="see `qnn-release plan`")
-    route = get_backend(backend)
-    sdk = route.sdk_version()
-    cache = cache or default_cache()
-    progress = progress or Progress(len(targets))
+    route = get_backend(settings.backend)
+    out = settings.out
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
         _remove_temporaries(out)
-        report = _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
-                        planned.refused, precompile_only, from_store)
+        run = _Run(loaded=loaded, route=route, backend=settings.backend, sdk=route.sdk_version(),
+                   cache=settings.cache or default_cache(), out=out, force=settings.force,
+                   progress=progress or Progress(len(targets)), precompile_only=settings.precompile_only,
+                   from_store=settings.from_store, started=started, when=when)
+        report = _build(run, targets, planned.refused, settings.jobs)
         report.refused = [r.as_dict() for r in planned.refused]
         return report
 
@@ -93,10 +117,8 @@ def _remove_temporaries(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progress, started, when,
-           refused: list[Refusal], precompile_only=False, from_store=False) -> BuildReport:
-    run = _Run(loaded=loaded, route=route, backend=backend, sdk=sdk, cache=cache, out=out, force=force,
-               progress=progress, precompile_only=precompile_only, from_store=from_store)
+def _build(run: _Run, targets: list[Target], refused: list[Refusal], jobs: int) -> BuildReport:
+    loaded, out, started, when = run.loaded, run.out, run.started, run.when
     by_model: dict[str, list[Target]] = {}
     for t in targets:
         by_model.setdefault(t.model.name, []).append(t)
@@ -110,7 +132,7 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
                            + (f" and {len(run.missing) - 6} more" if len(run.missing) > 6 else ""),
                            hint="their chip jobs failed or their artifacts were not downloaded: re-run the failed "
                                 "jobs (--from-store never compiles)")
-    if precompile_only:
+    if run.precompile_only:
         return _precompile_report(run, started, when)
     interrupted = run.compile_all(jobs)
     recipe_checks(run, jobs, interrupted)
@@ -118,8 +140,8 @@ def _build(loaded, targets, route, backend, sdk, cache, out, jobs, force, progre
     for r in ordered:  # a target that failed now never looks built from an earlier success
         if r.status == FAILED:
             forget(out / r.id)
-    report = BuildReport(records=ordered, prepared=run.prepared_dicts(), path=out / REPORT, backend=backend,
-                         sdk_version=sdk, seconds=round(time.monotonic() - started, 3), interrupted=interrupted,
+    report = BuildReport(records=ordered, prepared=run.prepared_dicts(), path=out / REPORT, backend=run.backend,
+                         sdk_version=run.sdk, seconds=round(time.monotonic() - started, 3), interrupted=interrupted,
                          refused=[r.as_dict() for r in refused], matrix=str(loaded.path), started=when,
                          toolkit=f"qnn-release {__version__}",
                          exports={name: str(path) for name, path in run.exports.items()})
@@ -161,6 +183,8 @@ class _Run:
     progress: Progress
     precompile_only: bool
     from_store: bool
+    started: float  # time.monotonic() when the build began
+    when: str  # and the UTC time it began at
     records: dict[str, TargetRecord] = field(default_factory=dict)
     specs: list[TargetSpec] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # --from-store: targets that would need a compile
@@ -373,11 +397,10 @@ def work_ratio(records: list[TargetRecord]) -> dict:
 def _precompile_report(run: _Run, started: float, when: str) -> BuildReport:
     failed = list(run.records.values())
     report = BuildReport(records=failed, prepared=run.prepared_dicts(), path=run.out / PRECOMPILE_REPORT,
-                         backend=run.backend, sdk_version=run.sdk, seconds=round(time.monotonic() - started, 3))
-    write_precompile_report(report.path, toolkit=f"qnn-release {__version__}", matrix=str(run.loaded.path),
-                            backend=run.backend, sdk_version=run.sdk, started=when, precompiled=run.precompiled_log,
-                            prepared=report.prepared, failed=failed)
-    report.work = {"precompiled": run.precompiled_log}
+                         backend=run.backend, sdk_version=run.sdk, seconds=round(time.monotonic() - started, 3),
+                         toolkit=f"qnn-release {__version__}", matrix=str(run.loaded.path), started=when,
+                         work={"precompiled": run.precompiled_log})
+    write_precompile_report(report)
     return report
 
 

@@ -12,7 +12,7 @@ from . import step_summary
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ..builder.orchestrate import build
+    from ..builder.orchestrate import BuildSettings, TargetFilter, build
     from ..builder.summary import summary
     from ..matrix.schema import load_matrix
 
@@ -21,9 +21,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     loaded = load_matrix(args.matrix)
     if args.precompile_only and (args.package or args.from_store):
         raise UsageError("--precompile-only compiles nothing: it cannot be combined with --package or --from-store")
-    report = build(loaded, out=args.out, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
-                   backend=args.backend, jobs=args.jobs, force=args.force, cache=args.cache,
-                   precompile_only=args.precompile_only, from_store=args.from_store)
+    settings = BuildSettings(out=args.out, backend=args.backend, jobs=args.jobs, force=args.force, cache=args.cache,
+                             precompile_only=args.precompile_only, from_store=args.from_store)
+    report = build(loaded, settings, TargetFilter(model=args.model, soc=args.soc, precision=args.precision,
+                                                  graph=args.graph))
     if args.precompile_only:
         for d in report.work["precompiled"]:
             print(f"precompiled {d['model']}.{d['graph']} {d['precision']}")

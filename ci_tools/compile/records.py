@@ -237,9 +237,12 @@ class BuildReport:
                    exports=data.get("exports") or {})
 
 
-def write_precompile_report(path: Path, *, toolkit: str, matrix: str, backend: str, sdk_version: str, started: str,
-                            precompiled: list[dict], prepared: list[dict], failed: list[TargetRecord]) -> None:
-    """``precompile-report.json``: what a release's precompile job converted, once per graph and precision."""
-    write_json(path, {"version": REPORT_VERSION, "toolkit": toolkit, "matrix": matrix, "backend": backend,
-                      "sdk_version": sdk_version, "started": started, "status": FAILED if failed else OK,
-                      "precompiled": precompiled, "prepared": prepared, "failed": [r.to_json() for r in failed]})
+def write_precompile_report(report: BuildReport) -> None:
+    """``precompile-report.json``: what a release's precompile job converted, once per graph and precision
+    (``report.work["precompiled"]``), and the targets whose graph could not be (``report.records``)."""
+    failed = report.records
+    write_json(report.path, {
+        "version": REPORT_VERSION, "toolkit": report.toolkit, "matrix": report.matrix, "backend": report.backend,
+        "sdk_version": report.sdk_version, "started": report.started, "status": FAILED if failed else OK,
+        "precompiled": report.work["precompiled"], "prepared": report.prepared,
+        "failed": [r.to_json() for r in failed]})

@@ -225,7 +225,7 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     """Run the binary on the emulator and judge it against CPU: (Verification, emulator seconds in all),
     or None when the route has no emulator here."""
     from .backends import NoEmulator
-    from .verify import check, check_streams, thresholds_for
+    from .verify import Judging, check, check_streams, thresholds_for
 
     th = thresholds_for(spec.options, spec.precision)
     names = [o.name for o in spec.prepared.outputs]
@@ -242,9 +242,9 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
             return None
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)
-        v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th, ss.stream,
-                          total / max(1, steps), precision=spec.precision, inputs_note=inputs_note,
-                          slices=spec.options.slices)
+        how = Judging(precision=spec.precision, inputs_note=inputs_note, slices=spec.options.slices, stream=ss.stream)
+        v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th,
+                          total / max(1, steps), how)
         return v, total
     if ss is not None:
         feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]
@@ -256,7 +256,7 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         return None
     outputs, emu_seconds = ran
     reference = run_cpu(spec.prepared.path, feeds)
-    v = check(spec.target_id, names, reference, outputs, th, emu_seconds, precision=spec.precision,
-              inputs_note=inputs_note, sample_names=sample_names, argmax=ss.argmax if ss is not None else None,
-              slices=spec.options.slices)
+    how = Judging(precision=spec.precision, inputs_note=inputs_note, argmax=ss.argmax if ss is not None else None,
+                  slices=spec.options.slices)
+    v = check(spec.target_id, names, reference, outputs, th, emu_seconds, sample_names, how)
     return v, emu_seconds * len(feeds)

@@ -126,17 +126,31 @@ def sample_numbers(sample: str, output: str, d: dict) -> dict:
             "passed": not d["failures"]}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Judging:
+    """How a target's outputs are judged beyond its thresholds: the precision's own checks (fp16's garbage
+    values), what the inputs were (said in a failure), outputs judged by the class they pick (``argmax``: at
+    most that share of positions may pick differently), outputs judged slice by slice (``slices``), and for
+    a stateful graph its stream's ranges, decisions and drift (``stream``)."""
+
+    precision: str = "fp16"
+    inputs_note: str | None = None
+    argmax: dict[str, float] | None = None
+    slices: dict[str, dict[str, OutputSlice]] | None = None
+    stream: Stream | None = None
+
+
 def check(target_id: str, output_names: list[str], reference: list[list[np.ndarray]],
           compiled: list[list[np.ndarray]], thresholds: Thresholds, emulator_seconds: float | None,
-          precision: str = "fp16", inputs_note: str | None = None,
-          sample_names: list[str] | None = None, argmax: dict[str, float] | None = None,
-          slices: dict[str, dict[str, OutputSlice]] | None = None) -> Verification:
+          sample_names: list[str] | None = None, how: Judging | None = None) -> Verification:
     """Every output judged on its own, on every sample: a small output that disagrees is not hidden by
     large ones that agree. The worst sample of each output is named; every sample's numbers are kept.
     An output with declared ``slices`` is judged slice by slice (box pixels apart from class scores).
 
-    ``argmax``: outputs judged by the class they pick (the argmax over the last axis, at every other
+    ``how.argmax``: outputs judged by the class they pick (the argmax over the last axis, at every other
     position) instead of their values: at most that share of positions may pick differently."""
+    how = how or Judging()
+    precision, argmax, slices = how.precision, how.argmax, how.slices
     reference = [cut_slices(output_names, o, slices) for o in reference]
     compiled = [cut_slices(output_names, o, slices) for o in compiled]
     output_names = sliced_names(output_names, slices)
@@ -177,20 +191,19 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
                              passed=rates[d["sample"]] <= limit)
     vectors = [d for d in per_output.values() if "relative_error" not in d] or [
         {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
-    return _conclude(target_id, per_output, vectors, thresholds, precision, inputs_note, emulator_seconds,
-                     len(reference), per_sample)
+    return _conclude(target_id, per_output, vectors, thresholds, how, emulator_seconds, len(reference), per_sample)
 
 
 def _conclude(target_id: str, per_output: dict[str, dict], vectors: list[dict], thresholds: Thresholds,
-              precision: str, inputs_note: str | None, emulator_seconds: float | None, samples: int,
-              per_sample: list[dict]) -> Verification:
+              how: Judging, emulator_seconds: float | None, samples: int, per_sample: list[dict]) -> Verification:
     """The verdict over every output judged: raise naming the worst failing output, or the Verification."""
     overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")}) for d in vectors])
     failing = {n: d for n, d in per_output.items() if d["failures"]}
     worst_name = (min(failing, key=lambda n: (failing[n]["cosine"], failing[n]["snr_db"])) if failing else
                   min(per_output, key=lambda n: (per_output[n]["cosine"], per_output[n]["snr_db"])))
     if failing:
-        _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note, per_sample)
+        _raise_failure(target_id, per_output, failing, worst_name, thresholds, how.precision, how.inputs_note,
+                       per_sample)
     by = {d["passed_by"] for d in per_output.values()}
     return Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
                         emulator_seconds=emulator_seconds, samples=samples, worst_output=worst_name,
@@ -264,12 +277,12 @@ def _raise_failure(target_id, per_output, failing, worst_name, thresholds, preci
 
 def check_streams(target_id: str, output_names: list[str], streams: list[str],
                   reference: list[list[list[np.ndarray]]], compiled: list[list[list[np.ndarray]]],
-                  thresholds: Thresholds, stream: Stream, emulator_seconds: float | None,
-                  precision: str = "fp16", inputs_note: str | None = None,
-                  slices: dict[str, dict[str, OutputSlice]] | None = None) -> Verification:
+                  thresholds: Thresholds, emulator_seconds: float | None, how: Judging) -> Verification:
     """A stateful graph run as streams (HTP and CPU each carrying its own state): each output judged over
     the whole sequence (its steps side by side), values outside the declared or CPU-observed range,
-    decision flips at the declared thresholds, and the carried state's drift at each stream's end."""
+    decision flips at the declared thresholds, and the carried state's drift at each stream's end
+    (``how.stream``)."""
+    precision, slices, stream = how.precision, how.slices, how.stream
     reference = [[cut_slices(output_names, o, slices) for o in s] for s in reference]
     compiled = [[cut_slices(output_names, o, slices) for o in s] for s in compiled]
     output_names = sliced_names(output_names, slices)
@@ -308,8 +321,8 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
             if garbage:
                 d["failures"].append(garbage)
         per_output[name] = d
-    return _conclude(target_id, per_output, list(per_output.values()), thresholds, precision, inputs_note,
-                     emulator_seconds, steps, per_sample)
+    return _conclude(target_id, per_output, list(per_output.values()), thresholds, how, emulator_seconds, steps,
+                     per_sample)
 
 
 def _worst_step(d: dict, r: list[np.ndarray], g: list[np.ndarray], where: list[tuple[str, int]]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compile.records import BuildReport, TargetRecord
-from ..compile.verify import check, thresholds_for
+from ..compile.verify import Judging, check, thresholds_for
 from ..errors import QnnReleaseError, UsageError, VerifyError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared
@@ -102,8 +102,10 @@ def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[
     numbers = {"cosine": round(overall.cosine, 6), "snr_db": round(overall.snr_db, 2),
                "max_abs": float(f"{overall.max_abs:.4g}"), "nan_count": overall.nan_count}
     try:
+        how = Judging(precision=r.precision, inputs_note=inp.note, argmax=inp.argmax or None,
+                      slices=model.options.slices or None)
         v = check(r.id, inp.output_names, inp.reference, got, thresholds_for(model.options, r.precision), None,
-                  r.precision, inp.note, inp.names, inp.argmax or None, model.options.slices or None)
+                  inp.names, how)
     except VerifyError as e:
         return DeviceParity(**numbers, passed=False, failure=f"on the device: {e.message}", **base)
     p = v.parity  # the numbers the judge passed it on (per output, over the samples), as the emulator's are kept
