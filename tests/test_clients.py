@@ -21,6 +21,7 @@ from ci_tools.errors import QnnReleaseError
 from ci_tools.release.archive import make_tar_bz2
 from ci_tools.release.clients import FETCH_SH, JAVA, MARKER, norm, render_clients, spelling_table
 from ci_tools.release.fetch import fetch_model
+from ci_tools.release.github import Connection
 from ci_tools.release.manifest import validate_manifest
 from ci_tools.release.publish import publish
 from ci_tools.sources.store import sha256_file
@@ -251,7 +252,7 @@ def gh():
 
 
 def _publish(gh, folder: Path) -> None:
-    publish(folder, OWNER_REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+    publish(folder, OWNER_REPO, TAG, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
 
 
 CASES = [("vad", "sm8750-ac", None), ("vad", "SM8750", "int8"), ("vad", "Snapdragon 8 Gen 2", None),
@@ -261,8 +262,8 @@ CASES = [("vad", "sm8750-ac", None), ("vad", "SM8750", "int8"), ("vad", "Snapdra
 
 def _python_case(gh, model, soc, precision, dest) -> tuple[int, str]:
     try:
-        r = fetch_model(f"{OWNER_REPO}@{TAG}", model, soc=soc, precision=precision, dest=dest, api_url=gh.url,
-                        sleep=lambda s: None)
+        r = fetch_model(f"{OWNER_REPO}@{TAG}", model, soc=soc, precision=precision, dest=dest,
+                        via=Connection(api_url=gh.url, sleep=lambda s: None))
     except QnnReleaseError as e:
         return e.exit_code, ""
     return 0, f"{r.archive} {r.precision} {r.soc} {r.qnn_libs}"

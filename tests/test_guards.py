@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ci_tools.errors import CompileError, PublishError
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.prepare.graph import prepare, run_cpu
+from ci_tools.release.github import Connection
 from ci_tools.release.publish import publish
 from ci_tools.sources.store import SourceStore
 from tests import models
@@ -63,7 +64,7 @@ def test_publish_keeps_a_release_a_draft_when_an_asset_changed_before_the_final_
     with FakeGitHub() as gh:
         gh.fault("GET", r"/releases/\d+/assets", "alter", skip=1, name="SHA256SUMS")
         with pytest.raises(PublishError, match=r"stays a draft: missing \[\], different \['SHA256SUMS'\]"):
-            publish(release, REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+            publish(release, REPO, TAG, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
         (rel,) = gh.releases(REPO, TAG)
         assert rel["draft"] is True
 
@@ -74,11 +75,11 @@ def test_publish_keeps_a_release_a_draft_when_an_asset_is_lost_before_the_final_
         # the first listing (what is there already) passes; the final check's listing has lost manifest.json
         gh.fault("GET", r"/releases/\d+/assets", "lose", skip=1, name="manifest.json")
         with pytest.raises(PublishError, match=r"stays a draft: missing \['manifest.json'\]"):
-            publish(release, REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+            publish(release, REPO, TAG, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
         (rel,) = gh.releases(REPO, TAG)
         assert rel["draft"] is True
         # run again: it resumes and completes
-        publish(release, REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+        publish(release, REPO, TAG, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
         (rel,) = gh.releases(REPO, TAG)
         assert rel["draft"] is False and "manifest.json" in gh.asset_names(rel["id"])
 

@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from ci_tools.compile import qnn_ep
+from ci_tools.release.github import Connection
 from ci_tools.release.metadata import SCHEMA_FILE
 from ci_tools.sources.store import sha256_file
 from tests import models
@@ -153,9 +154,10 @@ def test_build_package_publish_fetch_round_trip(built, tmp_path):
 
     assert _package(built, "--tag", "v2.0.0").returncode == 0
     with FakeGitHub() as gh:
-        publish(built["out"], "acme/models", "v2.0.0", token=gh.state.token, api_url=gh.url, sleep=lambda s: None)
+        publish(built["out"], "acme/models", "v2.0.0",
+                via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
         res = fetch_model("acme/models@v2.0.0", "alpha", soc="SM8750-AC", precision="w8a16",
-                          dest=tmp_path / "app", api_url=gh.url)
+                          dest=tmp_path / "app", via=Connection(api_url=gh.url))
     meta = json.loads((tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / "metadata.json").read_text())
     assert meta["chip"]["name"] == "SM8750" and meta["quantization"]["precision"] == "w8a16"
     ctx = tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / meta["graphs"][0]["context_onnx"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ci_tools.release.github import Connection
 from tests import models
 from tests.conftest import REPO, run_cli
 from tests.fake_github import FakeGitHub
@@ -186,8 +187,8 @@ def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_l
     from ci_tools.release.publish import publish
     from tests.release_fixture import make_release
 
-    publish(make_release(tmp_path / "old"), OWNER_REPO, "v1.0.0", token=gh.state.token, api_url=gh.url,
-            sleep=lambda s: None)
+    publish(make_release(tmp_path / "old"), OWNER_REPO, "v1.0.0",
+            via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
     runner.context["github.ref_name"] = "v1.1.0-rc1"
     export, release = wf / "export-m-qnn.yaml", wf / "release.yaml"
     assert runner.job(export, "precompile")

@@ -12,6 +12,7 @@ import pytest
 
 from ci_tools.errors import NoBuildForChip, PackageError, PublishError, SourceError, UsageError
 from ci_tools.release.fetch import fetch_model
+from ci_tools.release.github import Connection
 from ci_tools.release.publish import publish
 from tests.conftest import run_cli
 from tests.fake_github import FakeGitHub
@@ -39,7 +40,7 @@ def release(tmp_path):
 
 
 def _publish(gh, folder, **kw):
-    return publish(folder, REPO, TAG, token=gh.state.token, api_url=gh.url, sleep=lambda s: None, **kw)
+    return publish(folder, REPO, TAG, **kw, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
 
 
 def _expected_names(folder: Path) -> list[str]:
@@ -91,7 +92,7 @@ def test_replace_swaps_content_and_keeps_one_version_visible(gh, release, tmp_pa
 
 
 def test_dry_run_changes_nothing(gh, release):
-    plan = publish(release, REPO, TAG, token=None, dry_run=True, api_url=gh.url)
+    plan = publish(release, REPO, TAG, dry_run=True, via=Connection(token=None, api_url=gh.url))
     assert plan.actions[0] == f"create draft release for {TAG}"
     assert any(a.startswith("upload manifest.json") for a in plan.actions)
     assert gh.state.releases == {} and not [m for m, _, _ in gh.state.log if m != "GET"]
@@ -117,7 +118,7 @@ def test_a_failure_leaves_a_draft_not_a_half_published_release(gh, release):
     assert rel["draft"] is True
     assert gh.asset_names(rel["id"])  # the archives are there, but nobody sees the release
     with pytest.raises(PublishError, match="no published release"):
-        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=Path(release) / "x", api_url=gh.url)
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=Path(release) / "x", via=Connection(api_url=gh.url))
     gh.state.faults.clear()
     _publish(gh, release)  # the next run resumes and publishes
     (rel,) = gh.releases(REPO, TAG)
@@ -149,7 +150,8 @@ def test_fetch_resolves_alias_resumes_and_checks_sha(gh, release, tmp_path):
     _publish(gh, release)
     gh.fault("GET", r"/releases/download/.*vad-sm8750", "drop-mid-body", count=1)
     dest = tmp_path / "models"
-    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="sm8750-ac", dest=dest, api_url=gh.url, sleep=lambda s: None)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="sm8750-ac", dest=dest,
+                      via=Connection(api_url=gh.url, sleep=lambda s: None))
     assert res.soc == "SM8750" and res.archive.startswith("vad-sm8750-fp16")
     assert (Path(res.path) / "vad_ctx_qnn.bin").read_bytes().endswith(b"SM8750")
     assert res.qnn_libs == f"qnn-libs-{SDK}.tar.bz2"
@@ -157,15 +159,15 @@ def test_fetch_resolves_alias_resumes_and_checks_sha(gh, release, tmp_path):
     ranges = [h.get("Range") for m, p, h in gh.state.log if "vad-sm8750" in p]
     assert any(r and r.startswith("bytes=") and r != "bytes=0-" for r in ranges), "did not resume"
     gh.fault("GET", r"/releases/download/.*vad-sm8550", "corrupt", count=1)
-    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8550", dest=tmp_path / "m2", api_url=gh.url,
-                      sleep=lambda s: None)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8550", dest=tmp_path / "m2",
+                      via=Connection(api_url=gh.url, sleep=lambda s: None))
     assert (Path(res.path) / "vad_ctx_qnn.bin").read_bytes().endswith(b"SM8550")
 
 
 def test_fetch_no_build_for_chip_is_exit_3(gh, release, tmp_path):
     _publish(gh, release)
     with pytest.raises(NoBuildForChip, match="no NPU build of vad for SM8650: use the CPU model"):
-        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8650", dest=tmp_path / "d", api_url=gh.url)
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8650", dest=tmp_path / "d", via=Connection(api_url=gh.url))
     env = {**os.environ, "GITHUB_API_URL": gh.url}
     r = run_cli("fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "MT6989", "--dest",
                 str(tmp_path / "d"), env=env)
@@ -249,7 +251,7 @@ def test_fetch_refuses_malicious_archives_with_our_own_checks(gh, tmp_path, kind
     _publish_with_model_archive(gh, tmp_path, lambda path, top: _tar(path, _evil_members(top, kind)))
     dest = tmp_path / "outer" / "dest"
     with pytest.raises(PackageError, match="refused") as e:
-        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, via=Connection(api_url=gh.url))
     assert "\n" not in str(e.value)
     assert not (tmp_path / "outer").exists()  # DEST as before: not even created
     assert not Path("/tmp/evil-absolute.txt").exists() and not (tmp_path / "evil.txt").exists()
@@ -263,7 +265,7 @@ def test_links_inside_the_archive_are_extracted(gh, tmp_path):
                     (f"{top}/copy.so", b"", {**HARD, "linkname": f"{top}/lib/libQnnHtp.so.2"})])
 
     _publish_with_model_archive(gh, tmp_path, write)
-    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", api_url=gh.url)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", via=Connection(api_url=gh.url))
     assert (Path(res.path) / "lib" / "libQnnHtp.so").read_bytes() == b"ELF"
     assert (Path(res.path) / "lib" / "libQnnHtp.so").is_symlink() and (Path(res.path) / "copy.so").is_file()
 
@@ -285,13 +287,14 @@ def test_fetch_refuses_absurd_archives_before_reading_them(gh, tmp_path):
         with FakeGitHub() as server:
             _publish_with_model_archive(server, tmp_path / message[:4], write)
             with pytest.raises(PackageError, match=message):
-                fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", api_url=server.url)
+                fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d",
+                            via=Connection(api_url=server.url))
             assert not (tmp_path / "d").exists()
 
 
 def test_fetch_returns_folders_that_exist(gh, release, tmp_path):
     _publish(gh, release)
-    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8550", dest=tmp_path / "d", api_url=gh.url)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8550", dest=tmp_path / "d", via=Connection(api_url=gh.url))
     assert Path(res.path).is_dir() and Path(res.qnn_libs_path).is_dir()
     assert all(Path(f).is_file() for f in res.files) and len(res.files) == 5
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [Path(res.qnn_libs_path).name, Path(res.path).name]
@@ -301,7 +304,8 @@ def test_resume_gives_up_on_lack_of_progress_not_on_a_count(gh, release, tmp_pat
     _publish(gh, release)
     # every attempt brings half of what is left: twelve drops in a row still make progress
     gh.fault("GET", r"/releases/download/.*vad-sm8750", "drop-mid-body", count=12)
-    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d", api_url=gh.url, sleep=lambda s: None)
+    res = fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d",
+                      via=Connection(api_url=gh.url, sleep=lambda s: None))
     assert (Path(res.path) / "vad_ctx_qnn.bin").read_bytes().endswith(b"SM8750")
     assert not (tmp_path / "cache" / "downloads").exists()
 
@@ -312,14 +316,15 @@ def test_a_failed_download_keeps_its_part_and_the_next_run_resumes(gh, release, 
     gh.fault("GET", r"/releases/download/.*vad-sm8750", "500", count=1000)
     dest = tmp_path / "d"
     with pytest.raises(SourceError, match="gave up") as e:
-        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url, sleep=lambda s: None)
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest,
+                    via=Connection(api_url=gh.url, sleep=lambda s: None))
     assert "it resumes" in str(e.value) and not dest.exists()
     (part,) = (tmp_path / "cache" / "downloads").glob("*.part")
     kept = part.stat().st_size
     assert kept > 0
     gh.state.faults.clear()
     n = len(gh.state.log)
-    fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+    fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, via=Connection(api_url=gh.url))
     ranges = [h.get("Range") for m, p, h in gh.state.log[n:] if "vad-sm8750" in p]
     assert ranges[0] == f"bytes={kept}-"
     assert not (tmp_path / "cache" / "downloads").exists()
@@ -329,15 +334,15 @@ def test_a_failed_fetch_leaves_an_existing_dest_as_it_was(gh, tmp_path):
     folder = make_release(tmp_path / "good", TAG, socs=("SM8750",))
     _publish(gh, folder)
     dest = tmp_path / "d"
-    fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+    fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, via=Connection(api_url=gh.url))
     (dest / "mine.txt").write_text("keep")
     before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
     with FakeGitHub() as evil:  # the same tag elsewhere, with a refused archive
         _publish_with_model_archive(evil, tmp_path / "evil", lambda p, top: _tar(p, _evil_members(top, "link-chain")))
         with pytest.raises(PackageError):
-            fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=evil.url)
+            fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, via=Connection(api_url=evil.url))
     with pytest.raises(NoBuildForChip):
-        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8650", dest=dest, api_url=gh.url)
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8650", dest=dest, via=Connection(api_url=gh.url))
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
 
 
@@ -346,7 +351,7 @@ def test_a_dest_that_cannot_be_written_is_a_usage_error(gh, release, tmp_path):
     dest = tmp_path / "a-file"
     dest.write_text("not a folder")
     with pytest.raises(UsageError, match="cannot write there"):
-        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, api_url=gh.url)
+        fetch_model(f"{REPO}@{TAG}", "vad", soc="SM8750", dest=dest, via=Connection(api_url=gh.url))
     assert dest.read_text() == "not a folder"
 
 
@@ -445,8 +450,8 @@ def test_latest_and_previous_follow_version_order_not_creation_order(tmp_path):
     repo = "acme/models"
     with FakeGitHub() as gh:
         def release(tag: str) -> dict:
-            publish(make_release(tmp_path / tag, tag=tag), repo, tag, token=gh.state.token, api_url=gh.url,
-                    sleep=lambda s: None)
+            publish(make_release(tmp_path / tag, tag=tag), repo, tag,
+                    via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
             (rel,) = gh.releases(repo, tag)
             return rel
 

@@ -6,15 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from ..release.github import token_from_env
+from ..release.github import Connection, token_from_env
 from ..util.precision import PRECISIONS
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from ..release.publish import publish
 
-    plan = publish(args.dist, args.repo, args.tag, token=token_from_env(), dry_run=args.dry_run,
-                   replace=args.replace, log=lambda s: None)
+    plan = publish(args.dist, args.repo, args.tag, via=Connection(token=token_from_env()), dry_run=args.dry_run,
+                   replace=args.replace)
     from . import step_summary
 
     step_summary.append(step_summary.publish(plan, args.repo, args.dry_run))
@@ -34,7 +34,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
     adb = args.adb if args.adb is not None else None
     result = fetch_model(args.release, args.model, dest=args.dest, soc=args.soc, adb=adb,
-                         precision=args.precision, token=token_from_env())
+                         precision=args.precision, via=Connection(token=token_from_env()))
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:

@@ -20,6 +20,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +57,9 @@ def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[
     device = Device(name=f"{product} (adb {adb.serial})", chipset=prop or None,
                     hexagon=chip.arch if chip else None, soc_model=chip.soc_model if chip else None)
     version = backend.sdk_version()
+    phone = _Phone(adb=adb, backend=backend, chip=chip, device=device)
     for r in records:
-        runs[r.id] = _target(out, loaded, report, r, adb, backend, chip, device, settings)
+        runs[r.id] = _target(out, loaded, report, r, phone, settings)
     try:
         adb.shell(f"rm -rf {REMOTE}")
     except AdbFault:
@@ -94,8 +96,20 @@ def _sdk(settings: Settings, env: Mapping[str, str]) -> QairtBackend:
     return backend
 
 
-def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, adb: Adb, backend: QairtBackend,
-            chip: Soc | None, device: Device, settings: Settings) -> DeviceRun:
+@dataclass(frozen=True, kw_only=True)
+class _Phone:
+    """The phone of this run: its adb, the QAIRT tree whose runtime goes to it, its chip (None: unknown)."""
+
+    adb: Adb
+    backend: QairtBackend
+    chip: Soc | None
+    device: Device
+
+
+def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, phone: _Phone,
+            settings: Settings) -> DeviceRun:
+    adb, backend, chip, device = phone.adb, phone.backend, phone.chip, phone.device
+
     def said(status: str, reason: str) -> DeviceRun:
         return DeviceRun(via="adb", status=status, reason=reason, device=device)
 
@@ -108,15 +122,16 @@ def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecor
         return said("skipped", f"QAIRT {version} at {backend.root} is older than QNN {r.sdk_version}, which built "
                     "the binary (a runtime older than the build cannot load it)")
     try:
-        return _run(out, loaded, report, r, adb, backend, chip, device, settings)
+        return _run(out, loaded, report, r, phone, settings)
     except AdbFault as f:
         return said(f.status, f.reason)
     except QnnReleaseError as e:
         return said("failed", str(e))
 
 
-def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, adb: Adb, backend: QairtBackend,
-         chip: Soc, device: Device, settings: Settings) -> DeviceRun:
+def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, phone: _Phone,
+         settings: Settings) -> DeviceRun:
+    adb, backend, chip, device = phone.adb, phone.backend, phone.chip, phone.device
     prep = prepared_for(report, r)
     inp = device_inputs(loaded, report, loaded.matrix.model(r.model), prep, default_cache(),
                         max_entries=settings.max_entries)

@@ -28,7 +28,7 @@ from ..util import cmd
 from ..util.files import replace_dir, staging_dir
 from ..util.precision import PRECISIONS
 from .extract import check_archive, extract_checked
-from .github import GitHub
+from .github import Connection, GitHub
 
 PRECISION_ORDER = PRECISIONS
 
@@ -147,8 +147,8 @@ class _Downloader:
 
 
 def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,
-                precision: str | None = None, token: str | None = None, api_url: str | None = None,
-                sleep=None, cache: Path | None = None) -> FetchResult:
+                precision: str | None = None, via: Connection | None = None, cache: Path | None = None) -> FetchResult:
+    via = via or Connection()
     repo, tag = _split(release)
     if soc is None and adb is None:
         raise UsageError("give --soc CHIP or --adb [SERIAL]")
@@ -158,11 +158,11 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     except UnknownSocError:
         raise NoBuildForChip(f"no NPU build of {model} for {spelling.strip()}: use the CPU model",
                              hint="this chip is not in qnn-release's catalog") from None
-    gh = GitHub(repo, token=token, api_url=api_url, give_up=SourceError, **({"sleep": sleep} if sleep else {}))
+    gh = via.client(repo, give_up=SourceError)
     rel = gh.release_by_tag(tag)
     if rel is None:
         raise PublishError(f"{repo}: no published release {tag}", hint="check the tag (drafts are not visible)")
-    dl = _Downloader(gh, rel, token, downloads_dir(cache), gh.sleep)
+    dl = _Downloader(gh, rel, via.token, downloads_dir(cache), gh.sleep)
     manifest = dl.manifest()
     assets = _manifest_assets(manifest)
     candidates = [a for a in assets if a.get("kind") == "model" and a.get("model") == model

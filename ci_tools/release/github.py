@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,20 @@ def redact(text: str, secrets: list[str | None]) -> str:
         if s:
             text = text.replace(s, "***")
     return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Connection:
+    """How a command reaches GitHub: the token (never printed), the API (``GITHUB_API_URL``, GitHub Enterprise
+    Server, a stand-in), and how to wait between retries (tests pass one that does not)."""
+
+    token: str | None = None
+    api_url: str | None = None
+    sleep: Callable[[float], None] | None = None
+
+    def client(self, repo: str, give_up: type[QnnReleaseError] = PublishError) -> GitHub:
+        return GitHub(repo, token=self.token, api_url=self.api_url, give_up=give_up,
+                      **({"sleep": self.sleep} if self.sleep else {}))
 
 
 class GitHub:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import PublishError
 from ..sources.store import sha256_file
-from .github import GitHub
+from .github import Connection, GitHub
 
 MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
 LAST = ("SHA256SUMS", "manifest.json")  # what download clients read: only once everything else is there
@@ -140,8 +140,9 @@ def _find_release(gh: GitHub, tag: str, plan: Plan, dry_run: bool, body: str) ->
     return keep
 
 
-def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool = False, replace: bool = False,
-            api_url: str | None = None, sleep=None, log=lambda s: None) -> Plan:
+def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool = False,
+            replace: bool = False) -> Plan:
+    token = via.token
     folder = release_dir(path)
     manifest, files = local_assets(folder)
     if manifest.get("tag") not in (None, tag):
@@ -149,7 +150,7 @@ def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool
                            hint="package again with --tag " + tag)
     if not token and not dry_run:
         raise PublishError("no GitHub token", hint="set GITHUB_TOKEN or GH_TOKEN (contents: write)")
-    gh = GitHub(repo, token=token, api_url=api_url, **({"sleep": sleep} if sleep else {}))
+    gh = via.client(repo)
     body = (folder / "RELEASE_NOTES.md").read_text() if (folder / "RELEASE_NOTES.md").is_file() else ""
     plan = Plan(tag=tag)
     release = _find_release(gh, tag, plan, dry_run, body)
@@ -169,7 +170,6 @@ def publish(path: Path, repo: str, tag: str, *, token: str | None, dry_run: bool
         plan.add(f"upload {name} ({local.stat().st_size} bytes)")
         if not dry_run:
             _upload(gh, release, name, local, digest, ctype)
-        log(f"{'would ' if dry_run else ''}upload {name}")
     if release is None or release.get("draft", True):
         plan.add(f"publish {tag} (leave draft) once all {len(files)} assets are verified")
         if not dry_run:
