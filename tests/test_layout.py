@@ -165,3 +165,19 @@ def test_every_subprocess_goes_through_the_one_chokepoint():
                     and node.attr in ("system", "popen", "execv", "execvp", "spawnv"):
                 direct.append(f"{p.relative_to(PKG.parent)}:{node.lineno} os.{node.attr}")
     assert not direct, "use ci_tools.util.cmd.run:\n" + "\n".join(direct)
+
+
+MAX_PARAMETERS = 8  # cibuildwheel's rule of thumb: past that, a frozen options object travels whole
+
+
+def test_no_function_takes_more_than_eight_parameters():
+    wide = []
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                n = len(names) - (names[:1] in (["self"], ["cls"]))
+                if n > MAX_PARAMETERS:
+                    wide.append(f"{p.relative_to(PKG.parent)}:{node.lineno} {node.name} ({n} parameters)")
+    assert not wide, "pass a frozen dataclass instead:\n" + "\n".join(wide)

@@ -87,9 +87,35 @@ def prepare_key(model: Model, graph: Graph, source_sha: str) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Job:
+    """One graph being prepared: what it is, where it comes from and goes, what it is checked on."""
+
+    model: Model
+    graph: Graph
+    src: Path  # the source graph file
+    work: Path
+    final: Path  # the prepared folder, moved into place whole
+    what: str  # "<model>/<graph>", as messages name it
+    source_sha: str
+    samples: list[dict[str, np.ndarray]] | None
+    seed: int
+    start: float
+
+
+@dataclass(frozen=True)
+class _Rewritten:
+    """The rewritten graph and what the rewrites learnt of it."""
+
+    m: object  # onnx.ModelProto
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    source_parameters: int
+    cast_inputs: list[str]
+
+
 def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: str,
             samples: list[dict[str, np.ndarray]] | None = None, seed: int = 0) -> Prepared:
-    min_cosine = model.options.prepare_min_cosine
     """Write ``<work>/<key>/graph.onnx`` and ``prepared.json``; reuse them when already there."""
     key = prepare_key(model, graph, source_sha)
     final = work / model.name / graph.name / key
@@ -109,10 +135,10 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
         raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: "
                            f"{str(e).splitlines()[0][:200]}") from None
     notes: list[str] = []
+    job = _Job(model=model, graph=graph, src=src, work=work, final=final, what=what, source_sha=source_sha,
+               samples=samples, seed=seed, start=start)
     try:
-        m, inputs, outputs, source_parameters, cast_inputs = _rewrite(m, model, graph, work, what, notes, seed)
-        return _write(m, model, graph, src, work, final, what, notes, (inputs, outputs, source_parameters,
-                      cast_inputs), samples, min_cosine, start, seed, source_sha)
+        return _write(job, _rewrite(m, job, notes), notes)
     except Exception as e:  # ONNX Runtime's shape inference on the fixed shapes: say why, name the node
         explained = _explained(e, graph, what)
         if explained is e:
@@ -138,8 +164,9 @@ def _explained(e: Exception, graph: Graph, what: str) -> Exception:
                         "`qnn-release inspect model.onnx --input x=1,3,640,640` tries one")
 
 
-def _rewrite(m, model: Model, graph: Graph, work: Path, what: str, notes: list[str], seed: int):
-    """The graph rewrites, in order: (graph, inputs, outputs, the source's parameter count)."""
+def _rewrite(m, job: _Job, notes: list[str]) -> _Rewritten:
+    """The graph rewrites, in order (each adds what it did to ``notes``)."""
+    model, graph, work, what, seed = job.model, job.graph, job.work, job.what, job.seed
     source_parameters = _parameters(m)
     _fold_constants(m, graph, what)
     constants = _constants_to_initializers(m)  # before the fixes, which read constants as initializers
@@ -169,15 +196,18 @@ def _rewrite(m, model: Model, graph: Graph, work: Path, what: str, notes: list[s
     if m.ByteSize() < EXTERNAL_DATA_ABOVE:
         _pin_output_shapes(m, what, notes, seed)
     inputs, outputs = _static_io(m, what)
-    return m, inputs, outputs, source_parameters, cast_inputs
+    return _Rewritten(m, inputs, outputs, source_parameters, cast_inputs)
 
 
-def _write(m, model: Model, graph: Graph, src: Path, work: Path, final: Path, what: str, notes: list[str],
-           io: tuple, samples, min_cosine: float, start: float, seed: int, source_sha: str) -> Prepared:
+def _write(job: _Job, done: _Rewritten, notes: list[str]) -> Prepared:
     """Save the prepared graph, check it against the original on CPU, and move it into place whole."""
     import onnx
 
-    inputs, outputs, source_parameters, cast_inputs = io
+    m, inputs, outputs, source_parameters, cast_inputs = (done.m, done.inputs, done.outputs, done.source_parameters,
+                                                          done.cast_inputs)
+    model, graph, src, work, final, what = job.model, job.graph, job.src, job.work, job.final, job.what
+    samples, seed, start, source_sha = job.samples, job.seed, job.start, job.source_sha
+    min_cosine = model.options.prepare_min_cosine
     work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.{graph.name}.", dir=work))
     try:

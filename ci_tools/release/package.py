@@ -289,7 +289,7 @@ class _Archives:
         members += extras.members
         if len({m[0] for m in members}) != len(members):
             raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
-        meta = _metadata(self._metadata_fields(model, soc, precision, sdk, records, preps, graphs, numbers,
+        meta = _metadata(self._metadata_fields(model, soc, sdk, records, preps, graphs, numbers,
                                                extras.metadata))
         meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
         members += [(f"{stem}/metadata.json", meta_json.encode()),
@@ -344,10 +344,11 @@ class _Archives:
         summary = on_device(runs, (lambda rs: recipe.device_summary(rs, extra_metadata)) if recipe else None)
         return summary.model_dump(mode="json") if summary else None
 
-    def _metadata_fields(self, model: Model, soc, precision: str, sdk: str, records: list[TargetRecord],
+    def _metadata_fields(self, model: Model, soc, sdk: str, records: list[TargetRecord],
                          preps: list[Prepared], graphs: list[dict], numbers: dict, extra: dict) -> dict:
-        act, weight = BITS[precision]
         first = records[0]
+        precision = first.precision
+        act, weight = BITS[precision]
         return {
             "metadata_version": METADATA_VERSION, "toolkit": f"qnn-release {__version__}",
             "toolkit_commit": _git_commit(), "created": max(r.created or "" for r in records) or None,

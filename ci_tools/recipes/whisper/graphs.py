@@ -15,6 +15,8 @@ self-attention with an additive bias. The attention scale is folded into the que
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -183,14 +185,15 @@ def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
     for name in ("self_k_cache", "self_v_cache", "cross_k", "cross_v"):
         caches[name] = g.op("Split", [name], f"decoder/split_{name}", n_out=L, axis=0, num_outputs=L)
     new_k, new_v = [], []
+    step = _Step(keep=keep, write=write, bias=bias)
     for i in range(L):
-        p = f"decoder.layers.{i}"
-        x, k_out, v_out = _decoder_self_attention(g, w, p, x, caches["self_k_cache"][i], caches["self_v_cache"][i],
-                                                  keep, write, bias, n_ctx, m, h, dh)
+        layer = _Layer(g=g, w=w, p=f"decoder.layers.{i}", n_ctx=n_ctx, t_audio=t_audio, m=m, h=h, dh=dh)
+        x, k_out, v_out = _decoder_self_attention(layer, x, caches["self_k_cache"][i], caches["self_v_cache"][i],
+                                                  step)
         new_k.append(k_out)
         new_v.append(v_out)
-        x = _decoder_cross_attention(g, w, p, x, caches["cross_k"][i], caches["cross_v"][i], t_audio, m, h, dh)
-        x = g.mlp(x, w, p)
+        x = _decoder_cross_attention(layer, x, caches["cross_k"][i], caches["cross_v"][i])
+        x = g.mlp(x, w, layer.p)
     x = g.layer_norm(x, w, "decoder.layer_norm")
     # The output projection is tied to the token embedding, but reads a transposed copy: a Gemm(transB)
     # sharing the Gather's initializer compiles in fp16, and in a QDQ (w8a16) graph HTP rejects it
@@ -214,9 +217,33 @@ def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
         f"Whisper decoder, one token step with a {n_ctx}-position self-attention cache")
 
 
-def _decoder_self_attention(g: _G, w: dict, p: str, x: str, k_cache: str, v_cache: str, keep: str, write: str,
-                            bias: str, n_ctx: int, m: int, h: int, dh: int) -> tuple[str, str, str]:
+@dataclass(frozen=True, kw_only=True)
+class _Layer:
+    """One decoder layer being written: the graph, the weights, its name prefix and the dimensions."""
+
+    g: _G
+    w: dict
+    p: str  # "decoder.layers.<i>"
+    n_ctx: int  # self-attention cache positions
+    t_audio: int  # encoder frames
+    m: int  # model width
+    h: int  # heads
+    dh: int  # width per head
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Step:
+    """This token step's masks, shared by every layer: keep the cache, write at ``offset``, the future's bias."""
+
+    keep: str
+    write: str
+    bias: str
+
+
+def _decoder_self_attention(layer: _Layer, x: str, k_cache: str, v_cache: str, step: _Step) -> tuple[str, str, str]:
     """One layer's self-attention over the cache with this step's K/V written at ``offset``: (x, new K, new V)."""
+    g, w, p, n_ctx, m, h, dh = layer.g, layer.w, layer.p, layer.n_ctx, layer.m, layer.h, layer.dh
+    keep, write, bias = step.keep, step.write, step.bias
     a = g.layer_norm(x, w, f"{p}.self_attn_layer_norm")
     qw, qb = _q(w, f"{p}.self_attn", dh)
     q = g.heads(g.linear(a, qw, qb, f"{p}.self_attn.q_proj"), 1, h, dh, f"{p}.self_attn/q")
@@ -238,9 +265,9 @@ def _decoder_self_attention(g: _G, w: dict, p: str, x: str, k_cache: str, v_cach
     return g.op("Add", [x, o], f"{p}/self_attn_residual"), k_out, v_out
 
 
-def _decoder_cross_attention(g: _G, w: dict, p: str, x: str, cross_k: str, cross_v: str, t_audio: int, m: int,
-                             h: int, dh: int) -> str:
+def _decoder_cross_attention(layer: _Layer, x: str, cross_k: str, cross_v: str) -> str:
     """One layer's cross-attention on the encoder's K/V."""
+    g, w, p, t_audio, m, h, dh = layer.g, layer.w, layer.p, layer.t_audio, layer.m, layer.h, layer.dh
     a = g.layer_norm(x, w, f"{p}.encoder_attn_layer_norm")
     qw, qb = _q(w, f"{p}.encoder_attn", dh)
     q = g.heads(g.linear(a, qw, qb, f"{p}.encoder_attn.q_proj"), 1, h, dh, f"{p}.encoder_attn/q")
