@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ci_tools.cli import main
-from ci_tools.device.numbers import DeviceRun, Latency, on_device
+from ci_tools.device.numbers import DeviceRun
 from ci_tools.release.metadata import SCHEMA_FILE
 from ci_tools.sources.store import sha256_file
 from tests import models
@@ -317,32 +317,6 @@ def _whisper_like_model():
     return SimpleNamespace(verify=SimpleNamespace(kind="transcript"))
 
 
-def test_a_speech_model_gets_its_real_time_factor_and_time_to_first_token():
-    def run(ms):
-        return DeviceRun(via="ai-hub", status="ok", latency=Latency(median_ms=ms, min_ms=ms, max_ms=ms, runs=3))
-
-    transcript = {"clips": [{"audio_seconds": 4.0, "decoder_steps": 20}, {"audio_seconds": 6.0, "decoder_steps": 30}]}
-    from ci_tools.recipes import recipe_for
-
-    speech = recipe_for(_whisper_like_model())
-    d = on_device({"encoder": run(200.0), "decoder": run(10.0)},
-                  lambda runs: speech.device_summary(runs, {"transcript": transcript}))
-    # (2 encoder runs + 50 decoder steps) / 10 s of audio; first token after the encoder and the 4 prompt steps
-    assert d.speech.real_time_factor == pytest.approx((2 * 200 + 50 * 10) / 10000)
-    assert d.speech.time_to_first_token_ms == pytest.approx(200 + 4 * 10)
-    assert d.latency_ms == 210.0 and d.status == "ok"
-    worse = on_device({"encoder": run(1.0), "decoder": DeviceRun(via="ai-hub", status="timeout", reason="slow")})
-    assert worse.status == "timeout" and worse.latency_ms is None and worse.speech is None
-
-
-def test_the_catalog_names_a_device_for_a_chip_through_its_twin():
-    from ci_tools.catalog.socs import load_catalog
-
-    cat = load_catalog()
-    assert [s.name for _, s in cat.hub_chipsets(cat.get("QCS9100"))] == ["QCS9075"] * 3
-    assert cat.hub_chipsets(cat.get("SM8750"))[0] == ("qualcomm-snapdragon-8-elite-for-galaxy", cat.get("SM8750"))
-
-
 # -- a phone on adb -------------------------------------------------------------------------------
 
 
@@ -504,20 +478,6 @@ def test_numbers_of_another_binary_are_left_out_of_the_release(built, monkeypatc
         assert _metadata(built, "SM8750")["on_device"] is None
     finally:
         path.unlink()
-
-
-def test_a_call_that_outlives_the_budget_is_left_behind_as_a_timeout():
-    import threading
-    import time
-
-    from ci_tools.device.hub import Hub, HubFault
-
-    hub = Hub("t0k3n", "http://127.0.0.1:9", deadline=time.monotonic())  # the budget has ended
-    never = threading.Event()
-    with pytest.raises(HubFault) as e:
-        hub.call("devices", never.wait)
-    assert e.value.status == "timeout" and "within the budget" in e.value.reason
-    never.set()
 
 
 def test_a_stopped_run_still_writes_what_it_measured(built, monkeypatch):

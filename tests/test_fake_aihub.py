@@ -13,7 +13,6 @@ import onnxruntime as ort
 import pytest
 import qai_hub.client as qc
 import qai_hub.util.session as qsession
-import yaml
 from onnx import TensorProto, helper
 from qai_hub import public_api_pb2 as pb
 from qai_hub import public_rest_api as api
@@ -128,17 +127,6 @@ def test_devices_by_chipset_attribute(client, hub):
                                                                       hub.devices[0]["attributes"])
     assert client._get_device(Device(attributes="framework:qnn")) is not None
     assert client._get_device(Device(attributes="chipset:nope")) is None
-
-
-def test_default_devices_agree_with_the_chip_catalog():
-    """hexagon: and soc-model: of every default device are the project's own catalog numbers."""
-    chip = {"Samsung Galaxy S23": "SM8550", "Samsung Galaxy S24": "SM8650", ELITE: "SM8750",
-            "Samsung Galaxy S25": "SM8750", "Snapdragon 8 Elite Gen 5 QRD": "SM8850", "SA8775P ADP": "SA8775P"}
-    socs = {s["name"]: s for s in yaml.safe_load((REPO / "matrix" / "socs.yaml").read_text())["socs"]}
-    for d in DEFAULT_DEVICES:
-        s = socs[chip[d["name"]]]
-        assert f"hexagon:v{s['htp_arch']}" in d["attributes"], d["name"]
-        assert f"soc-model:{s['soc_model']}" in d["attributes"], d["name"]
 
 
 # -- uploads ----------------------------------------------------------------------------------------------

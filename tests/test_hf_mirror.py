@@ -2,11 +2,7 @@
 over HTTP against tests/fake_hf.py (HF_ENDPOINT), next to the GitHub publish."""
 
 import os
-from pathlib import Path
 
-from huggingface_hub import CommitOperationAdd
-
-from ci_tools.release.hf_mirror import mirror
 from tests.conftest import run_cli
 from tests.fake_github import FakeGitHub
 from tests.fake_hf import FakeHub
@@ -20,20 +16,6 @@ class RecordingApi:
     def create_commit(self, **kw):
         self.calls.append(kw)
         return type("CommitInfo", (), {"oid": "abc123"})()
-
-
-def test_mirror_commits_every_asset_once(tmp_path):
-    folder = make_release(tmp_path / "rel", "v3.0.0")
-    api = RecordingApi()
-    text = mirror(folder, "acme/qnn-models", "v3.0.0", api=api)
-    (call,) = api.calls
-    ops = call["operations"]
-    assert all(isinstance(o, CommitOperationAdd) for o in ops)
-    names = sorted(o.path_in_repo for o in ops)
-    assert names == sorted(f"v3.0.0/{p.name}" for p in folder.iterdir() if p.is_file())
-    assert call["repo_id"] == "acme/qnn-models" and "abc123" in text
-    assert Path(ops[0].path_or_fileobj).is_file()
-    assert mirror(folder, "acme/qnn-models", "v3.0.0", dry_run=True).startswith("would commit")
 
 
 def test_publish_mirrors_to_a_hub_in_one_commit_over_http(tmp_path):

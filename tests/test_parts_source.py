@@ -11,7 +11,7 @@ from http.server import SimpleHTTPRequestHandler
 import pytest
 import yaml
 
-from ci_tools.errors import ConfigError, SourceError
+from ci_tools.errors import SourceError
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.sources.store import SourceStore
 from tests.conftest import SDK_SECTION, run_cli
@@ -84,20 +84,3 @@ def test_wrong_part_order_is_one_line_naming_the_order(parts):
     assert "Traceback" not in r.stderr and "order of join.parts" in r.stdout
     (target,) = json.loads((repo / "dist" / "build-report.json").read_text())["targets"]
     assert target["exit_code"] == 4
-
-
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda s: s["join"]["model.bin"].update(parts=["model.bin.part1", "nope.bin"]), "'nope.bin' is not a file"),
-    (lambda s: s["join"]["model.bin"].update(parts=["model.bin.part1"]), "at least 2"),
-    (lambda s: s["join"].update({"model.bin.part1": s["join"]["model.bin"]}), "also a file of sources"),
-    (lambda s: s["sources"].append(dict(s["sources"][0])), "two sources give a file named 'model.bin.part1'"),
-])
-def test_parts_matrix_mistakes_are_one_line_with_the_key(parts, mutate, message):
-    repo, whole, a, b = parts
-    path = _matrix(repo, "https://example.invalid/model.bin.part2", a, b, whole)
-    data = yaml.safe_load(path.read_text())
-    mutate(data["models"][0]["source"])
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(ConfigError, match=message) as e:
-        load_matrix(path)
-    assert str(e.value).startswith(f"{path}:") and "source" in str(e.value)

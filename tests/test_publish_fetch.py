@@ -425,23 +425,6 @@ def test_fetch_asks_the_device_through_adb(gh, release, tmp_path):
     assert r.returncode == 2 and "adb getprop ro.soc.model failed" in r.stderr
 
 
-def test_an_error_message_spanning_lines_is_printed_as_one(monkeypatch, capsys, tmp_path):
-    import ci_tools.release.fetch
-    from ci_tools.cli import app as cli
-    from ci_tools.cli.app import main
-
-    monkeypatch.setattr(cli, "_stop_on_sigterm", lambda: None)  # leave pytest's own SIGTERM handling alone
-
-    def refuse(*a, **k):
-        raise PackageError("x.tar.bz2: refused: first\n  second\n\nthird", hint="a hint")
-
-    monkeypatch.setattr(ci_tools.release.fetch, "fetch_model", refuse)
-    code = main(["fetch", "--release", f"{REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest", str(tmp_path)])
-    # (a fake server thread of an earlier test may still print to stderr: look at our lines only)
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("qnn-release")]
-    assert code == 9 and err == ["qnn-release: error: x.tar.bz2: refused: first second third (hint: a hint)"]
-
-
 def test_latest_and_previous_follow_version_order_not_creation_order(tmp_path):
     """A v1.0.1 hotfix published after v1.1.0 does not become "latest"; v1.1.0's notes compare with v1.0.x (not
     its own rc), and the hotfix's with v1.0.0 (not the newer v1.1.0)."""

@@ -74,18 +74,3 @@ def test_url_source(tmp_path, onnx_bytes):
         with pytest.raises(SourceError, match="download failed"):
             SourceStore(tmp_path / "c3", tmp_path).fetch(_model({"kind": "url", "url": url + "x", "sha256": sha}))
     assert isinstance(_model({"kind": "url", "url": "https://x/y.onnx", "sha256": sha}).source, UrlSource)
-
-
-def test_a_file_the_matrix_no_longer_names_is_gone_from_the_source_folder(tmp_path, onnx_bytes):
-    """Files an earlier matrix laid out (a renamed graph) are not there for a graph to find by accident."""
-    (tmp_path / "m.onnx").write_bytes(onnx_bytes)
-    sha = hashlib.sha256(onnx_bytes).hexdigest()
-    store = SourceStore(tmp_path / "cache", tmp_path)
-    dest = tmp_path / "work" / "src" / "m"
-    (dest / "old").mkdir(parents=True)
-    (dest / "old" / "m_v1.onnx").write_bytes(b"from an earlier matrix")
-    store.materialize(_model({"kind": "path", "path": "m.onnx", "sha256": sha}), dest)
-    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == ["m.onnx"]
-    (tmp_path / "m.onnx").write_bytes(onnx_bytes + b"changed")  # the committed file changed, its pin did not
-    with pytest.raises(SourceError, match=r"m\.onnx: sha256 .* does not match the pin"):
-        store.fetch(_model({"kind": "path", "path": "m.onnx", "sha256": sha}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "ci_tools"
+PKG = Path(__file__).resolve().parent.parent.parent / "ci_tools"
 
 # The flow, earliest first: a module may import from its own layer or an earlier one, never a later one.
 # errors, paths and qairt_zip (standard library only: the Dockerfile copies it alone into the SDK image) sit

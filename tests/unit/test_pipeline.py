@@ -1,0 +1,119 @@
+"""The release pipeline, followed through its rendered workflows: image, precompile, chip jobs, package, publish.
+
+The unit tier of tests/test_pipeline.py: no subprocess, no network, no compile (tests/unit/conftest.py)."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import REPO
+from tests.test_pipeline import _downloads, _expand_names, _uploads
+
+
+def test_every_artifact_a_job_downloads_comes_from_exactly_one_job_it_needs():
+    wf_dir = REPO / ".github" / "workflows"
+    release = yaml.safe_load((wf_dir / "release.yaml").read_text())
+    # (workflow job, its transitive producers): export jobs run inside the export-<m> caller job
+    produced: dict[str, list[str]] = {}  # artifact name -> producing job ids (as seen from release.yaml)
+    for caller_id, caller in release["jobs"].items():
+        if "uses" not in caller or not caller["uses"].endswith("-qnn.yaml"):
+            continue
+        export = yaml.safe_load((wf_dir / Path(caller["uses"]).name).read_text())
+        for job_id, job in export["jobs"].items():
+            if job.get("if") == "${{ github.event_name == 'push' }}":
+                continue  # the push smoke job is not part of a release
+            for name in _uploads(job):
+                for n in _expand_names(name, job):
+                    produced.setdefault(n, []).append(caller_id)
+            for want in _downloads(job):  # inside an export: from a job it needs
+                sources = [j for j, other in export["jobs"].items() if want in _uploads(other)]
+                assert len(sources) == 1 and sources[0] in job["needs"], (caller_id, job_id, want)
+    for job_id, job in release["jobs"].items():
+        produced.update({n: [*produced.get(n, []), job_id] for n in _uploads(job)})
+    assert all(len(v) == 1 for v in produced.values()), {k: v for k, v in produced.items() if len(v) != 1}
+    for job_id, job in release["jobs"].items():
+        for want in _downloads(job):
+            makers = {p for n, ps in produced.items() if fnmatch.fnmatchcase(n, want) for p in ps}
+            assert makers, f"{job_id} downloads {want}, which no job uploads"
+            assert makers <= set(job["needs"]), f"{job_id} downloads {want} from {makers - set(job['needs'])}"
+    # the publish job never compiles and the package job compiles nothing it did not download
+    package_run = " ".join(s.get("run", "") for s in release["jobs"]["package"]["steps"])
+    assert "--from-store" in package_run
+    assert all("build" not in s.get("run", "") for s in release["jobs"]["publish"]["steps"])
+
+
+def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
+    """In a called workflow github.* is the caller's (a release is a tag push): the `full` input decides."""
+    from tests.workflow_runner import evaluate
+
+    export = yaml.safe_load((REPO / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text())
+    smoke, compile_ = export["jobs"]["smoke"]["if"], export["jobs"]["compile"]["if"]
+    ok = {"needs.precompile.result": "success"}
+    push_main = {"github.event_name": "push", "github.ref": "refs/heads/main", **ok}
+    release = {"github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True, **ok}
+    manual = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/main", **ok}
+    assert (evaluate(smoke, push_main), evaluate(compile_, push_main)) == (True, False)
+    assert (evaluate(smoke, release), evaluate(compile_, release)) == (False, True)
+    assert (evaluate(smoke, manual), evaluate(compile_, manual)) == (False, True)
+    rel = yaml.safe_load((REPO / ".github" / "workflows" / "release.yaml").read_text())
+    assert all(j["with"] == {"full": True, "image": "${{ needs.image.outputs.pinned }}"}
+               for k, j in rel["jobs"].items() if k.startswith("export-"))
+    # secrets: HF_TOKEN reaches the precompile job (and the image build's secret mount), no chip job
+    for job_id, job in export["jobs"].items():
+        env = " ".join(str(s.get("env", {})) for s in job.get("steps", []))
+        assert ("HF_TOKEN" in env) == (job_id == "precompile"), job_id
+    docker = yaml.safe_load((REPO / ".github" / "workflows" / "qnn-sdk-docker-build.yaml").read_text())
+    build = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "build")
+    assert "hf_token=${{ secrets.HF_TOKEN }}" in build["with"]["secrets"]
+    fork = {"github.event.repository.fork": True, "github.ref": "refs/heads/main"}
+    local = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "local")
+    assert "push=true" in build["with"]["outputs"] and "push" not in local["with"] and local["with"]["load"] is True
+    refuse = next(s for s in docker["jobs"]["image"]["steps"] if s.get("name", "").startswith("A run that may not"))
+    steps = docker["jobs"]["image"]["steps"]
+    assert steps.index(refuse) < steps.index(local) and steps.index(refuse) < steps.index(build)  # before any build
+    pr = {"github.event_name": "pull_request", "github.ref": "refs/pull/7/merge"}
+    dispatch = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/feature"}
+    for ctx, expect in ((fork, (False, False, True)), (push_main, (True, False, False)),
+                        (dispatch, (False, False, True)), ({**fork, **pr}, (False, True, False)),
+                        (pr, (False, True, False)),
+                        ({"github.event_name": "push", "github.ref": "refs/tags/v1.0.0"}, (True, False, False))):
+        ctx = {**ctx, "steps.exists.outputs.digest": ""}  # the image is missing: push it, build it or refuse at once
+        got = (evaluate(build["if"], ctx), evaluate(local["if"], ctx), evaluate(refuse["if"], ctx))
+        assert got == expect, ctx
+    from ci_tools.sdk.image import IMAGE_INPUTS
+
+    # every input of the image's tag starts the pull request's image build and smoke test
+    paths = docker[True]["pull_request"]["paths"]
+    assert {*IMAGE_INPUTS, "ci_tools/sdk/image.py", "Dockerfile-2.40", "matrix/models.yaml",
+            "pyproject.toml"} <= set(paths)
+    main = yaml.safe_load((REPO / ".github" / "workflows" / "main.yaml").read_text())
+    assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**", "templates/**"} <= set(main[True]["push"]["paths"])
+    smoke_step = docker["jobs"]["image"]["steps"][-1]
+    assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
+    # a pull request that does not change the image is smoke-tested too, in the image the registry has
+    assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": "sha256:c"})
+    assert '"${REF}${DIGEST:+@$DIGEST}"' in smoke_step["run"]
+    assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
+    bump = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump.yaml").read_text())
+    first = bump["jobs"]["check-updates"]["steps"][0]
+    assert "SDK_BUMP_TOKEN" in first["env"] and "exit 1" in first["run"]
+    assert bump["jobs"]["check-updates"]["if"] == "${{ !github.event.repository.fork }}"
+
+
+def test_the_image_job_guards_before_and_after_it_pushes():
+    wf = yaml.safe_load((REPO / ".github" / "workflows" / "qnn-sdk-docker-build.yaml").read_text())
+    steps = wf["jobs"]["image"]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    build = next(i for i, s in enumerate(steps) if s.get("id") == "build")
+    guards = [i for i, s in enumerate(steps) if "--guard-private" in s.get("run", "")]
+    assert len(guards) == 2 and guards[0] < build < guards[1], names
+    tag = next(i for i, s in enumerate(steps) if s.get("id") == "tag")
+    assert build < tag < guards[1] and steps[guards[1]]["if"] == "${{ steps.tag.outcome == 'success' }}"
+    assert "!github.event.repository.fork" in steps[build]["if"]
+    for i in guards:  # each guard sees the repository's visibility
+        assert steps[i]["env"]["REPO_VISIBILITY"] == "${{ github.event.repository.visibility }}"
+    assert steps[guards[0]]["if"].replace("steps.exists.outputs.digest == '' && ", "") == \
+        steps[build]["if"].replace("steps.exists.outputs.digest == '' && ", ""), "the guard runs wherever a push may"
