@@ -4,7 +4,7 @@ The public Python API (imported lazily, so the CLI starts fast)::
 
     from ci_tools import load_catalog, load_matrix, fetch_model
 
-and one package per stage, in the order data flows (README: "How the code is laid out"):
+and one package per stage, in the order data flows (docs/contributors.md: "How the code is laid out"):
 ``ci_tools.matrix.plan.make_plan``, ``ci_tools.builder.orchestrate.build``,
 ``ci_tools.release.package.package``, ``ci_tools.release.publish.publish``.
 """

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 
 class QnnReleaseError(Exception):
+    """Any other failure the tool explains (the base of the classes below)."""
+
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None, details: dict | None = None):
@@ -46,14 +48,20 @@ class SourceError(QnnReleaseError):
 
 
 class PrepareError(QnnReleaseError):
+    """A graph could not be made ready for HTP (static shapes, rewrites), or no longer agrees with its source on CPU."""
+
     exit_code = 5
 
 
 class CompileError(QnnReleaseError):
+    """A compile route refused a graph for a chip (the nodes HTP rejects are named) or failed."""
+
     exit_code = 6
 
 
 class VerifyError(QnnReleaseError):
+    """A binary does not agree with ONNX Runtime on CPU (on the emulator, or on a device)."""
+
     exit_code = 7
 
 
@@ -64,10 +72,14 @@ class BuildFailed(QnnReleaseError):
 
 
 class PackageError(QnnReleaseError):
+    """A release cannot be packaged (a missing or inconsistent target, a refused archive, a malformed manifest)."""
+
     exit_code = 9
 
 
 class PublishError(QnnReleaseError):
+    """GitHub refused a request, or a release, tag or asset is not there."""
+
     exit_code = 10
 
 

@@ -1,2 +1,2 @@
 """The chips: the catalog (``matrix/socs.yaml``) and its resolver, what a compile route can target, and the
-README's chip table generated from it."""
+the chip table of docs/chips.md generated from it."""

@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import device as cli_device
 
     cli_device.register(sub)
+    from . import reference
+
+    reference.register(sub)
     from ..recipes import all_recipes
 
     for recipe in all_recipes():  # a model family's own verbs (transcribe)
@@ -257,7 +260,7 @@ def _catalog_and_matrix_commands(sub) -> None:
                    "ro.soc.model output, soc_id:639 (/sys/devices/soc0/soc_id), a codename")
     p.add_argument("--kind", choices=["phone", "iot", "auto", "compute", "xr", "wear"], help="only chips of this kind")
     p.add_argument("--arch", help="only chips of this HTP arch (v79 or 79)")
-    p.add_argument("--readme", action="store_true", help="regenerate the chip table in README.md")
+    p.add_argument("--readme", action="store_true", help="regenerate the chip table in docs/chips.md")
     p.set_defaults(func=cmd_socs)
 
     p = sub.add_parser("plan", help="expand the matrix into targets (model, graph, chip, precision)")

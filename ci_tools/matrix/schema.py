@@ -225,7 +225,7 @@ class TranscriptVerify(_Frozen):
     pack: bool = Field(default=True, description="a chip's clips packed into the encoder's 30-second windows, half a "
                        "second of silence between them: one encoder run (the emulator's minutes) per window instead "
                        "of per clip; HTP and CPU transcribe the same window (false: one clip per window). Where the "
-                       "transcripts differ only by near-ties (README), the check says so and passes")
+                       "transcripts differ only by near-ties (docs/model-authors.md), the check says so and passes")
     max_wer_vs_cpu: dict[Precision, Annotated[float, Field(ge=0, le=1)]] = Field(
         default={}, description="largest word error rate of the emulator transcript against the CPU transcript "
         "(default fp16 0, w8a16 0.1, int8 0.25)")

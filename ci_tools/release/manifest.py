@@ -2,7 +2,7 @@
 
 ``package`` writes it (validated against this model), ``fetch``, ``qnn-fetch.sh`` and the Java
 resolver read it. The JSON Schema is generated from this model into ``ci_tools/schemas/`` and
-checked for staleness (``qnn-release schema --check``); the README's "Choosing an archive" section
+checked for staleness (``qnn-release schema --check``); docs/app-developers.md's "Choosing an archive" section
 describes, in words, how a client picks an asset.
 """
 

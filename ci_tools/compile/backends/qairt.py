@@ -41,7 +41,7 @@ from . import Backend, CompileJob, CompileResult
 BIN = Path("bin") / "x86_64-linux-clang"
 WARNING = re.compile(r"warn|unsupported|not supported|quantiz|fallback|accuracy", re.IGNORECASE)
 # Model libraries for the host only: the context binaries are compiled here, per chip. No Android
-# model library (and no NDK in the image): see README, "The qairt route".
+# model library (and no NDK in the image): see docs/release-engineers.md, "The qairt route".
 LIB_TARGET = "x86_64-linux-clang"
 # Graph I/O in the ONNX layout (--preserve_io layout); the read-back below copes with either.
 KEEP_ONNX_LAYOUT = True

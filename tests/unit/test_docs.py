@@ -1,0 +1,52 @@
+"""The reference pages (docs/reference/) are what the code says: a flag, an exit code or a matrix key that
+changes without `qnn-release docs` fails here, and the README stays a front page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ci_tools.cli import reference
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def test_the_committed_reference_pages_are_current():
+    assert not reference.stale(), "run `qnn-release docs`"
+
+
+def test_a_new_flag_makes_the_cli_page_stale(monkeypatch, tmp_path):
+    from ci_tools.cli import app
+
+    reference.write(tmp_path)
+    assert not reference.stale(tmp_path)
+    real = app.build_parser
+
+    def with_a_new_flag():
+        parser = real()
+        sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+        sub.choices["build"].add_argument("--turbo", action="store_true", help="a flag nobody documented")
+        return parser
+
+    monkeypatch.setattr(app, "build_parser", with_a_new_flag)
+    assert reference.stale(tmp_path) == [tmp_path / "cli.md"]
+    reference.write(tmp_path)
+    assert "`--turbo`" in (tmp_path / "cli.md").read_text()
+
+
+def test_every_exit_code_is_on_its_page():
+    from ci_tools import errors
+
+    page = reference.exit_codes_page()
+    for cls in (errors.ConfigError, errors.NoBuildForChip, errors.SourceError, errors.BuildFailed,
+                errors.BackendUnavailable):
+        assert f"| {cls.exit_code} | `{cls.__name__}` |" in page
+    assert "| 70 | internal error |" in page and "| 130 | interrupted |" in page
+
+
+def test_the_readme_is_a_front_page_that_points_each_reader_somewhere():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for page in ("app-developers", "release-engineers", "model-authors", "contributors"):
+        assert f"docs/{page}.md" in readme and (REPO / "docs" / f"{page}.md").is_file()
+    # the two commands a newcomer needs, as CI reads the second
+    assert "qnn-release build" in readme and "python -m pytest -n 2" in readme
