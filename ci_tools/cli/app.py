@@ -99,6 +99,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    from . import reference
+
+    return reference.docs(args, build_parser)
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from ..matrix import schema as matrix
     from ..release import manifest, metadata
@@ -242,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_device.register(sub)
     from . import reference
 
-    reference.register(sub)
+    reference.register(sub, cmd_docs)
     from ..recipes import all_recipes
 
     for recipe in all_recipes():  # a model family's own verbs (transcribe)

@@ -62,10 +62,8 @@ def _argument_rows(p: argparse.ArgumentParser) -> list[str]:
     return rows
 
 
-def cli_page() -> str:
+def cli_page(build_parser) -> str:
     import os
-
-    from .app import build_parser
 
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width: the same page everywhere
@@ -150,37 +148,41 @@ def _type(prop: dict) -> str:
     return str(kind)
 
 
-PAGES = {"cli.md": cli_page, "exit-codes.md": exit_codes_page, "matrix.md": matrix_page}
+def pages(build_parser) -> dict[str, str]:
+    """Every reference page by file name; ``build_parser`` makes the CLI's parser (cli.app's)."""
+    return {"cli.md": cli_page(build_parser), "exit-codes.md": exit_codes_page(), "matrix.md": matrix_page()}
 
 
-def stale(folder: Path = DOCS) -> list[Path]:
-    return [folder / name for name, page in PAGES.items()
-            if not (folder / name).is_file() or (folder / name).read_text() != page()]
+def stale(build_parser, folder: Path = DOCS) -> list[Path]:
+    return [folder / name for name, text in pages(build_parser).items()
+            if not (folder / name).is_file() or (folder / name).read_text() != text]
 
 
-def write(folder: Path = DOCS) -> list[Path]:
+def write(build_parser, folder: Path = DOCS) -> list[Path]:
     from ..util.files import write_atomic
 
-    for name, page in PAGES.items():
-        write_atomic(folder / name, page())
-    return [folder / name for name in PAGES]
+    written = pages(build_parser)
+    for name, text in written.items():
+        write_atomic(folder / name, text)
+    return [folder / name for name in written]
 
 
-def cmd_docs(args: argparse.Namespace) -> int:
+def docs(args: argparse.Namespace, build_parser) -> int:
+    """``qnn-release docs`` (cli.app passes its parser's maker: this module does not import it back)."""
     if args.check:
-        old = stale()
+        old = stale(build_parser)
         for p in old:
             print(f"stale: {p}: run `qnn-release docs`")
         if old:
             return 1
-        print(f"{len(PAGES)} reference pages in {DOCS} are current")
+        print(f"reference pages in {DOCS} are current")
         return 0
-    for p in write():
+    for p in write(build_parser):
         print(f"wrote {p}")
     return 0
 
 
-def register(sub) -> None:
+def register(sub, cmd_docs) -> None:
     p = sub.add_parser("docs", help="write docs/reference/ (commands, exit codes, the matrix's keys) from the "
                        "code, or --check that the committed pages are current")
     p.add_argument("--check", action="store_true", help="exit 1 when a page differs from what the code says")
