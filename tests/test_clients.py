@@ -26,7 +26,7 @@ from ci_tools.release.manifest import validate_manifest
 from ci_tools.release.publish import publish
 from ci_tools.sources.store import sha256_file
 from tests.conftest import REPO
-from tests.fake_github import FakeGitHub
+from tests.fakes.fake_github import FakeGitHub
 
 OWNER_REPO, TAG, SDK = "acme/models", "v3.1.0", "2.40.0.251030"
 SCRIPT = REPO / FETCH_SH

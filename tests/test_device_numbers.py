@@ -1,5 +1,5 @@
 """Numbers from real devices: a real build measured through AI Hub's real client against a stand-in server
-(tests/fake_aihub.py), whose "phone" runs each uploaded context binary on the HTP emulator; faults end in one
+(tests/fakes/fake_aihub.py), whose "phone" runs each uploaded context binary on the HTP emulator; faults end in one
 recorded line per target; the numbers reach metadata.json, the manifest, the notes and the page."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.conftest import path_model, run_cli, write_matrix
 pytest.importorskip("onnxruntime_qnn")
 qc = pytest.importorskip("qai_hub.client")
 qsession = pytest.importorskip("qai_hub.util.session")
-from tests.fake_aihub import DEFAULT_DEVICES, FakeAIHub, JobFailure, _device  # noqa: E402
+from tests.fakes.fake_aihub import DEFAULT_DEVICES, FakeAIHub, JobFailure, _device  # noqa: E402
 
 CHIPS = ["SM8750", "QCS9100", "SM8650"]
 # The binaries of the ort route are stamped with onnxruntime-qnn's QNN (2.51): the runtime must be >= it
@@ -132,7 +132,7 @@ def _phone(built, garbage: bool = False):
         from qai_hub import public_api_pb2 as pb
 
         if model_type == pb.MODEL_TYPE_ONNX:
-            from tests.fake_aihub import onnx_cpu_runner
+            from tests.fakes.fake_aihub import onnx_cpu_runner
 
             return onnx_cpu_runner(data, model_type, inputs, device, options)
         bare, soc, takes = by_sha[hashlib.sha256(data).hexdigest()]
@@ -328,7 +328,7 @@ def qairt_built(tmp_path_factory):
 
 def _qairt_mlp(repo: Path, **model) -> dict:
     """An MLP with two sample files of its own (calibration.path), built on the qairt route (the fake SDK)."""
-    from tests.fake_qairt import make_fake_sdk
+    from tests.fakes.fake_qairt import make_fake_sdk
 
     sdk = make_fake_sdk(repo / "sdk")
     (repo / "models").mkdir()
@@ -347,7 +347,7 @@ def _qairt_mlp(repo: Path, **model) -> dict:
 
 
 def _adb_run(qairt_built, monkeypatch, capsys, phones, *args):
-    from tests.fake_adb import make_fake_adb
+    from tests.fakes.fake_adb import make_fake_adb
 
     adb = make_fake_adb(qairt_built["repo"] / "adb", phones)
     monkeypatch.setenv("ADB", str(adb))
@@ -390,7 +390,7 @@ def test_adb_faults_are_one_line_and_never_a_traceback(qairt_built, monkeypatch,
 
 def test_an_older_runtime_than_the_build_is_refused_and_a_wrong_skel_fails_on_the_phone(qairt_built, monkeypatch,
                                                                                        capsys, tmp_path):
-    from tests.fake_qairt import make_fake_sdk
+    from tests.fakes.fake_qairt import make_fake_sdk
 
     phone = {"P": {"props": {"ro.soc.model": "SM8750"}}}
     old = make_fake_sdk(tmp_path / "old", version="2.38.0.250901")
@@ -422,7 +422,7 @@ def test_a_quantized_binary_gets_its_own_inputs_and_its_outputs_are_dequantized_
         from qai_hub import public_api_pb2 as pb
 
         if model_type == pb.MODEL_TYPE_ONNX:
-            from tests.fake_aihub import onnx_cpu_runner
+            from tests.fakes.fake_aihub import onnx_cpu_runner
 
             return onnx_cpu_runner(data, model_type, inputs, device, options)
         work = tmp_path / f"phone-{len(list(tmp_path.glob('phone-*')))}"

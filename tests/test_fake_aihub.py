@@ -1,4 +1,4 @@
-"""The AI Hub stand-in (tests/fake_aihub.py) against the REAL client, qai-hub 0.56.0: every call a release step
+"""The AI Hub stand-in (tests/fakes/fake_aihub.py) against the REAL client, qai-hub 0.56.0: every call a release step
 makes works end to end, and every fault ends in the client's own typed exception or a FAILED job."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from qai_hub.client import (
     UserError,
 )
 
-from tests.fake_aihub import DEFAULT_DEVICES, FakeAIHub, JobFailure
+from tests.fakes.fake_aihub import DEFAULT_DEVICES, FakeAIHub, JobFailure
 
 REPO = Path(__file__).resolve().parent.parent
 ELITE = "Snapdragon 8 Elite QRD"

@@ -18,8 +18,8 @@ from ci_tools.release.publish import publish
 from ci_tools.sources.store import SourceStore
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
-from tests.fake_github import FakeGitHub
-from tests.fake_qairt import make_fake_sdk
+from tests.fakes.fake_github import FakeGitHub
+from tests.fakes.fake_qairt import make_fake_sdk
 from tests.release_fixture import make_release
 
 REPO, TAG = "acme/models", "v1.0.0"

@@ -1,11 +1,11 @@
 """The Hugging Face mirror: every asset in ONE commit under <tag>/ (huggingface_hub's create_commit),
-over HTTP against tests/fake_hf.py (HF_ENDPOINT), next to the GitHub publish."""
+over HTTP against tests/fakes/fake_hf.py (HF_ENDPOINT), next to the GitHub publish."""
 
 import os
 
 from tests.conftest import run_cli
-from tests.fake_github import FakeGitHub
-from tests.fake_hf import FakeHub
+from tests.fakes.fake_github import FakeGitHub
+from tests.fakes.fake_hf import FakeHub
 from tests.release_fixture import make_release
 
 

@@ -17,7 +17,7 @@ from ci_tools.release.metadata import SCHEMA_FILE
 from ci_tools.sources.store import sha256_file
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
-from tests.fake_qairt import make_fake_sdk
+from tests.fakes.fake_qairt import make_fake_sdk
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -150,7 +150,7 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
 def test_build_package_publish_fetch_round_trip(built, tmp_path):
     from ci_tools.release.fetch import fetch_model
     from ci_tools.release.publish import publish
-    from tests.fake_github import FakeGitHub
+    from tests.fakes.fake_github import FakeGitHub
 
     assert _package(built, "--tag", "v2.0.0").returncode == 0
     with FakeGitHub() as gh:

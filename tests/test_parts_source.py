@@ -15,7 +15,7 @@ from ci_tools.errors import SourceError
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.sources.store import SourceStore
 from tests.conftest import SDK_SECTION, run_cli
-from tests.local_server import LocalServer
+from tests.fakes.local_server import LocalServer
 
 
 def _sha(b: bytes) -> str:

@@ -16,8 +16,8 @@ import yaml
 from ci_tools.release.github import Connection
 from tests import models
 from tests.conftest import REPO, run_cli
-from tests.fake_github import FakeGitHub
-from tests.fake_qairt import make_fake_sdk
+from tests.fakes.fake_github import FakeGitHub
+from tests.fakes.fake_qairt import make_fake_sdk
 from tests.workflow_runner import Runner
 
 PINS = {"revision": "a" * 40, "sha256": "b" * 64}
@@ -234,7 +234,7 @@ def test_the_sdk_image_is_never_pushed_where_it_would_be_public(tmp_path):
     appears in what it prints."""
     import os
 
-    from tests.fake_registry import FakeRegistry, Package
+    from tests.fakes.fake_registry import FakeRegistry, Package
 
     matrix = _repo(tmp_path) / "matrix" / "models.yaml"
     with FakeRegistry() as reg:

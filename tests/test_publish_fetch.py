@@ -15,7 +15,7 @@ from ci_tools.release.fetch import fetch_model
 from ci_tools.release.github import Connection
 from ci_tools.release.publish import publish
 from tests.conftest import run_cli
-from tests.fake_github import FakeGitHub
+from tests.fakes.fake_github import FakeGitHub
 from tests.release_fixture import SDK, make_release
 
 REPO, TAG = "acme/models", "v1.0.0"

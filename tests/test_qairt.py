@@ -1,5 +1,5 @@
 """The qairt route, driven against a fake QAIRT SDK tree that behaves as the real tools do (each rule
-of tests/fake_qairt/tools.py cites its source); one test or more per finding of the qairt audit."""
+of tests/fakes/fake_qairt/tools.py cites its source); one test or more per finding of the qairt audit."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ci_tools.compile.backends import qairt
 from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
-from tests.fake_qairt import make_fake_sdk
+from tests.fakes.fake_qairt import make_fake_sdk
 
 
 @pytest.fixture

@@ -197,7 +197,7 @@ def _chromium_load(folder: Path, name: str, tmp: Path) -> tuple[Path, list[str],
     import functools
     from http.server import SimpleHTTPRequestHandler
 
-    from tests.local_server import LocalServer
+    from tests.fakes.local_server import LocalServer
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -256,7 +256,7 @@ def test_step_summaries_list_failures_first_with_their_cause(released):
 
 
 def test_published_release_has_the_page_and_the_sh_client(released, tmp_path):
-    from tests.fake_github import FakeGitHub
+    from tests.fakes.fake_github import FakeGitHub
 
     with FakeGitHub() as gh:
         env = {**released["env"], "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token}
@@ -296,7 +296,7 @@ def test_packaged_manifest_matches_its_committed_schema(released):
 
 
 def test_pages_site_indexes_every_release_with_its_page(released, tmp_path):
-    from tests.fake_github import FakeGitHub
+    from tests.fakes.fake_github import FakeGitHub
     from tests.release_fixture import make_release
 
     with FakeGitHub() as gh:

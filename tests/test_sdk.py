@@ -16,8 +16,8 @@ import yaml
 
 from tests import models
 from tests.conftest import DEMO_MATRIX, REPO, path_model, run_cli, write_matrix
-from tests.fake_hf import FakeHub
-from tests.fake_qairt import make_fake_sdk
+from tests.fakes.fake_hf import FakeHub
+from tests.fakes.fake_qairt import make_fake_sdk
 
 VERSION = "2.40.0.251030"
 REPO_ID = "csukuangfj/qnn-toolkit"
@@ -378,7 +378,7 @@ def test_the_image_fetch_sends_the_hub_token_to_the_hub_only(tmp_path, monkeypat
     from http.server import BaseHTTPRequestHandler
 
     from ci_tools import qairt_zip
-    from tests.local_server import LocalServer
+    from tests.fakes.local_server import LocalServer
 
     seen: dict[str, str | None] = {}
 

@@ -11,8 +11,8 @@ import yaml
 
 from ci_tools.sdk.updates import open_pr
 from tests.conftest import DEMO_MATRIX, REPO, run_cli
-from tests.fake_github import FakeGitHub
-from tests.fake_hf import FakeHub
+from tests.fakes.fake_github import FakeGitHub
+from tests.fakes.fake_hf import FakeHub
 
 HF_REPO = "csukuangfj/qnn-toolkit"
 

@@ -12,8 +12,8 @@ from ci_tools.errors import SourceError
 from ci_tools.matrix.schema import Model, UrlSource
 from ci_tools.sources.store import SourceStore
 from tests import models
-from tests.fake_hf import FakeHub
-from tests.local_server import LocalServer
+from tests.fakes.fake_hf import FakeHub
+from tests.fakes.local_server import LocalServer
 
 
 def _model(source) -> Model:

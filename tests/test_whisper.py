@@ -211,7 +211,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
 
     # on a real device (the stand-in AI Hub, its phone running each binary): both graphs measured on the
     # recordings' inputs, and the speech figures from them: real-time factor and time to the first token
-    from tests.fake_aihub import FakeAIHub
+    from tests.fakes.fake_aihub import FakeAIHub
     from tests.test_device_numbers import FRAMEWORKS, _phone
 
     with FakeAIHub(frameworks=FRAMEWORKS, runner=_phone({"out": out, "repo": tmp_path, "env": env}),

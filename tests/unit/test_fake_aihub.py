@@ -1,4 +1,4 @@
-"""The AI Hub stand-in (tests/fake_aihub.py) against the REAL client, qai-hub 0.56.0: every call a release step
+"""The AI Hub stand-in (tests/fakes/fake_aihub.py) against the REAL client, qai-hub 0.56.0: every call a release step
 
 The unit tier of tests/test_fake_aihub.py: no subprocess, no network, no compile (tests/unit/conftest.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from tests.fake_aihub import DEFAULT_DEVICES
+from tests.fakes.fake_aihub import DEFAULT_DEVICES
 from tests.test_fake_aihub import ELITE, REPO
 
 

@@ -1,4 +1,4 @@
-# The tools of the fake QAIRT SDK (see tests/fake_qairt/__init__.py). One script, dispatched on
+# The tools of the fake QAIRT SDK (see tests/fakes/fake_qairt/__init__.py). One script, dispatched on
 # the name it is called by, copied under every tool name with a shebang to the test interpreter.
 #
 # Every rule cites its evidence (research notes: /work/research/qairt-evidence.md in the session

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from tests.local_server import LocalServer
+from tests.fakes.local_server import LocalServer
 
 
 @dataclass

@@ -24,7 +24,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from tests.local_server import LocalServer
+from tests.fakes.local_server import LocalServer
 
 
 class State:

@@ -113,7 +113,7 @@ from qai_hub import public_api_pb2 as pb
 from qai_hub.public_rest_api import ClientConfig
 from qai_hub.util.dataset_entries_converters import dataset_entries_to_h5, h5_to_dataset_entries
 
-from tests.local_server import LocalServer
+from tests.fakes.local_server import LocalServer
 
 Entries = dict[str, list[np.ndarray]]
 Runner = Callable[[bytes, int, Entries, str, str], Entries]

@@ -28,7 +28,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
 
-from tests.local_server import LocalServer
+from tests.fakes.local_server import LocalServer
 
 
 class HubState:
