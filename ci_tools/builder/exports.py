@@ -14,6 +14,39 @@ from ..sources.store import SourceStore
 from ..util import cmd
 
 
+def command_digest(argv: list[str], root: Path) -> str:
+    """What an export command runs, by content: every argument that names a file (a script, a config) or a
+    folder, relative to the repository or absolute, and the module after ``-m``, hashed by their bytes; so a
+    changed script exports again instead of the cached graphs being served (and "verified") as before."""
+    h = hashlib.sha256()
+    for i, arg in enumerate(argv):
+        if "{src}" in arg or "{out}" in arg:
+            continue
+        found = _module_file(arg) if i and argv[i - 1] == "-m" else None
+        path = found or (Path(arg) if Path(arg).is_absolute() else root / arg)
+        try:
+            files = [path] if path.is_file() else sorted(path.rglob("*.py")) if path.is_dir() else []
+        except OSError:
+            files = []
+        for f in files:
+            h.update(f"{i}:{f.relative_to(path) if f != path else f.name}\0".encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def _module_file(name: str) -> Path | None:
+    """The file ``python -m name`` runs (its package's ``__main__`` for a package), where Python finds it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return None
+    origin = Path(spec.origin)
+    return origin.parent / "__main__.py" if origin.name == "__init__.py" else origin
+
+
 def model_sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, str]:
     """The folder the graphs are read from, and a digest of everything in it."""
     files = store.fetch(model)
@@ -23,7 +56,8 @@ def model_sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, s
         return src, digest
     from ..recipes import code_digest
 
-    key = hashlib.sha256(json.dumps([digest, model.export.model_dump(), code_digest(model.export.command)],
+    key = hashlib.sha256(json.dumps([digest, model.export.model_dump(), code_digest(model.export.command),
+                                     command_digest(model.export.command, store.repo_root)],
                                     sort_keys=True).encode()).hexdigest()[:16]
     out = work / "export" / model.name / key
     if not (out / ".done").exists():

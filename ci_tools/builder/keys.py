@@ -19,7 +19,10 @@ def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str
                verify: str | None = None) -> str:
     """``verify``: a digest of what the target is verified on (its real samples, or how its inputs are
     generated): new samples re-verify it, never "cached" on the old inputs."""
-    spec = {"v": COMPILE_VERSION, "prepared": prepared.sha256, "backend": backend, "sdk": sdk,
+    # the target's identity too: a renamed model, or another model with the same graph, is its own target (its
+    # record names it), never the old one served under the new folder name
+    spec = {"v": COMPILE_VERSION, "target": [t.id, t.model.name, t.graph], "prepared": prepared.sha256,
+            "backend": backend, "sdk": sdk,
             "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
             "options": t.model.options.model_dump(mode="json"), "calibration": calib, "verify": verify}
     if calib:
