@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import PublishError, SourceError
 from ..matrix.schema import LoadedMatrix, load_matrix
 from ..release.github import GitHub
+from ..sources.download import unreachable_as
 from ..util import cmd
 from ..util.files import write_atomic
 from ..util.yaml_lines import load_with_lines
@@ -41,7 +42,8 @@ def check_updates(loaded: LoadedMatrix) -> Updates:
     sdk = loaded.matrix.sdk
     current = max(_v(e.version) for e in sdk.qairt)
     try:
-        files = HfApi().list_repo_files(sdk.qairt[0].hf_repo)
+        with unreachable_as(SourceError, f"{sdk.qairt[0].hf_repo}: cannot list files"):
+            files = HfApi().list_repo_files(sdk.qairt[0].hf_repo)
     except (HfHubHTTPError, OSError) as e:
         raise SourceError(f"{sdk.qairt[0].hf_repo}: cannot list files: {str(e).splitlines()[0][:200]}") from None
     qairt = sorted({m[1] for f in files if (m := ZIP_NAME.match(f)) and _v(m[1]) > current}, key=_v, reverse=True)
@@ -107,7 +109,9 @@ def hub_pins(loaded: LoadedMatrix, version: str | None = None) -> tuple[str, str
 
     entry = pick(loaded, version)
     try:
-        meta = get_hf_file_metadata(hf_hub_url(entry.hf_repo, entry.file, revision=entry.revision or "main"))
+        with unreachable_as(SourceError, f"{entry.hf_repo}: {entry.file}: the Hub did not answer",
+                            hint="check hf_repo and file in sdk.qairt, and the network (HF_ENDPOINT)"):
+            meta = get_hf_file_metadata(hf_hub_url(entry.hf_repo, entry.file, revision=entry.revision or "main"))
     except (HfHubHTTPError, OSError) as e:
         raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub did not answer: {str(e).splitlines()[0][:200]}",
                           hint="check hf_repo and file in sdk.qairt, and the network") from None

