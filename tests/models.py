@@ -247,3 +247,20 @@ def fused_bert(path: Path, vocab: int = 50, dim: int = 32, heads: int = 4, seq: 
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, dim])], inits)
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                         helper.make_opsetid("com.microsoft", 1)]), path)
+
+
+def channels_last_cnn(path: Path, size: int = 32, channels: int = 8) -> Path:
+    """A CNN on an NHWC image, as mobile exports are: Transpose to NCHW first, then Conv, Relu, pool. Quantized,
+    ONNX Runtime moves the input's QuantizeLinear ahead of the Transpose (a node named ``x_q`` the graph does
+    not have), which the QNN EP leaves on CPU as the graph's own input quantization."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((channels, 3, 3, 3)) * 0.3).astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(channels, np.float32), "b")
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2], name="to_nchw"),
+             helper.make_node("Conv", ["xt", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["y"], name="flat")]
+    g = helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size, size, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels])], [w, b])
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)

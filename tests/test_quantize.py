@@ -72,3 +72,24 @@ def test_a_failed_quantization_fails_every_chip_of_the_graph_but_runs_once(tmp_p
     assert calls == ["w8a16"]
     assert [t.status for t in report.records] == ["failed"] * 3
     assert all("w8a16 quantization failed: simulated" in t.error for t in report.records)
+
+
+def test_a_channels_last_input_is_not_refused_for_the_q_onnx_runtime_adds(tmp_path):
+    """Issue #34 item 1: the w8a16 trial refused `QuantizeLinear x_q`, the input quantization ONNX Runtime
+    moves ahead of the NHWC -> NCHW Transpose (not a node of the user's graph); the binary runs and agrees."""
+    pytest.importorskip("onnxruntime_qnn")
+    import json
+    import os
+
+    from tests.conftest import run_cli
+
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    onnx_file = models.channels_last_cnn(repo / "models" / "nhwc.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "nhwc", onnx_file, chips=["SM8750"], precisions=["w8a16"],
+                                            graphs=[{"name": "main", "file": "nhwc.onnx"}])])
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(tmp_path / "dist"),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    (t,) = json.loads((tmp_path / "dist" / "build-report.json").read_text())["targets"]
+    assert t["status"] == "ok" and t["verified"] is True and t["parity"]["cosine"] > 0.999, t

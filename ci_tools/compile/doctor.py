@@ -15,6 +15,9 @@ from pathlib import Path
 
 from .ep_log import unsupported_from_log
 
+# bump when a change here would judge a graph differently: trial verdicts cached on disk are keyed by it
+# (2: the EP's own I/O quantization, moved ahead of a layout Transpose, is never a rejection)
+DOCTOR_VERSION = 2
 # op type -> (why HTP rejects it, what to do). Groups share one explanation.
 _DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
                   "which HTP does not run",
@@ -198,22 +201,23 @@ def trial_compile(model: Path, soc_model: int, htp_arch: int, fp16: bool = True)
                 except CompileError as strict:
                     rejected = strict.rejected or _named_in_error(strict.message)
             return diagnose(model, rejected) if rejected else None
-        on_cpu = [(n.op_type, n.name or n.output[0]) for n in onnx.load(str(ctx), load_external_data=False).graph.node
-                  if n.op_type != "EPContext"]
+        compiled = onnx.load(str(ctx), load_external_data=False).graph
+        on_cpu = [(n.op_type, n.name or n.output[0]) for n in compiled.node if n.op_type != "EPContext"]
         named = unsupported_from_log(log.read_text(errors="replace"))
     by_name = {name: op for op, name in on_cpu}
     by_name.update({name: op for op, name in named})
-    io = _io_quantization(model)  # left on CPU by the EP on purpose: not a rejection
+    # left on CPU by the EP on purpose, not a rejection: the graph's own float I/O quantization, and what ONNX
+    # Runtime's QDQ optimizer made of it (a Q it moved ahead of a layout Transpose reads the input itself)
+    io = _io_quantization(onnx.load(str(model), load_external_data=False).graph) | _io_quantization(compiled)
     return diagnose(model, [(op, name) for name, op in by_name.items() if name not in io])
 
 
-def _io_quantization(model: Path) -> set[str]:
+def _io_quantization(g) -> set[str]:
     """The QuantizeLinear nodes that read a graph input and the DequantizeLinear nodes that make a graph
     output: a QDQ graph's float I/O. With CPU fallback allowed the QNN EP leaves them to CPU by design (its
-    log says so) and the compiled binary takes the quantized tensors; HTP runs everything between."""
-    import onnx
-
-    g = onnx.load(str(model), load_external_data=False).graph
+    log says so) and the compiled binary takes the quantized tensors; HTP runs everything between. Asked of
+    the QDQ graph and of the compiled one: ONNX Runtime moves a Q across a Transpose on a channels-last input
+    (``x -> Transpose -> Q`` becomes ``x -> Q x_q -> ...``), a node the user's graph does not have."""
     ins, outs = {i.name for i in g.input}, {o.name for o in g.output}
     return {n.name or n.output[0] for n in g.node
             if (n.op_type == "QuantizeLinear" and n.input[0] in ins)

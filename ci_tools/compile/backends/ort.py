@@ -41,10 +41,11 @@ class OrtBackend(Backend):
         import json
 
         from ...util.files import write_json
-        from ..doctor import Diagnosis, trial_compile
+        from ..doctor import DOCTOR_VERSION, Diagnosis, trial_compile
 
         graph = quantized or prepared.path
-        cache = graph.parent / f"doctor-{qnn_ep.qnn_version()}-v{soc.htp_arch}-{soc.soc_model}" \
+        # keyed by the doctor's own version too: a verdict it would now give differently is not served again
+        cache = graph.parent / f"doctor{DOCTOR_VERSION}-{qnn_ep.qnn_version()}-v{soc.htp_arch}-{soc.soc_model}" \
             f"{'-' + graph.stem if quantized else ''}.json"
         try:
             data = json.loads(cache.read_text())
