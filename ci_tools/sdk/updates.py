@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import PublishError, SourceError
 from ..matrix.schema import LoadedMatrix, load_matrix
 from ..release.github import GitHub
-from ..sources.download import unreachable_as
+from ..sources.network import unreachable_as
 from ..util import cmd
 from ..util.files import write_atomic
 from ..util.yaml_lines import load_with_lines

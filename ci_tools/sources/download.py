@@ -12,62 +12,19 @@ attempt without progress, up to 30 s. A server's ``Retry-After`` takes precedenc
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
-import functools
-import importlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-import requests
-import urllib3
-
 from ..errors import QnnReleaseError, SourceError, UsageError
+from .network import network_errors, unreachable_as  # noqa: F401 (re-exported)
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 PATIENCE = 5  # consecutive attempts without a new byte before giving up
 MAX_RETRY_AFTER = 120.0
-
-
-@functools.cache
-def network_errors() -> tuple[type[BaseException], ...]:
-    """Connection-level failures: requests' (urllib3's, read raw), and httpx's (huggingface_hub 1.x, httpx2 in 2.x).
-
-    Looked up when a failure happens, so a GitHub-only command never imports httpx.
-    """
-    errors: list[type[BaseException]] = [requests.RequestException, urllib3.exceptions.HTTPError]
-    for module in ("httpx2", "httpx"):
-        try:
-            errors.append(importlib.import_module(module).HTTPError)
-        except (ImportError, AttributeError):
-            continue
-    return tuple(errors)
-
-
-@contextlib.contextmanager
-def unreachable_as(error: type[QnnReleaseError], what: str, hint: str | None = None) -> Iterator[None]:
-    """A host that does not answer, whatever the library raises (requests, urllib3, httpx or httpx2 in
-    huggingface_hub 2.x), becomes one line of ``error`` naming ``what``; the library's own retry chatter
-    (huggingface_hub logs a line per retry) stays off the terminal meanwhile."""
-    import logging
-
-    hub_log = logging.getLogger("huggingface_hub")
-    level = hub_log.level
-    hub_log.setLevel(logging.ERROR)
-    try:
-        yield
-    except QnnReleaseError:
-        raise
-    except network_errors() as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise error(f"{what}: unreachable ({type(e).__name__}: {first})",
-                    hint=hint or "check the network, or the endpoint (HF_ENDPOINT, QNN_RELEASE_PYPI_URL, "
-                                 "GITHUB_API_URL, PIP_INDEX_URL)") from None
-    finally:
-        hub_log.setLevel(level)
 
 
 class Transient(Exception):

@@ -20,7 +20,7 @@ from ..errors import SourceError
 from ..matrix.schema import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
 from ..util import cmd
 from ..util.files import as_if_created, write_atomic
-from .download import unreachable_as
+from .network import unreachable_as
 
 CHUNK = 1 << 20
 

@@ -23,9 +23,11 @@ def _refuse(what: str):
     return refuse
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True, scope="package")
 def _no_subprocess_network_or_compile():
-    """Session-wide and first: a session fixture that builds or downloads fails here too."""
+    """For the whole unit package, set up before its tests' module and function fixtures (one that builds or
+    downloads fails here too), and undone when the run moves on to the end-to-end tests in the same process
+    (a session-scoped guard would stay on for them)."""
     patch = pytest.MonkeyPatch()
     patch.setattr(subprocess.Popen, "__init__", _refuse("started a subprocess"))
     patch.setattr(socket.socket, "connect", _refuse("opened a network connection"))
