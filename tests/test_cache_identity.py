@@ -80,3 +80,33 @@ def test_a_changed_export_script_exports_again(tmp_path):
     assert [t["status"] for t in changed["targets"]] == ["ok"]
     assert changed["prepared"][0]["sha256"] != first["prepared"][0]["sha256"]
     assert changed["targets"][0]["placement"]["ops"] == {"MatMul": 1, "Sigmoid": 1}
+
+
+def test_a_failed_verification_keeps_its_binaries_and_a_new_threshold_judges_them_without_a_compile(tmp_path):
+    """Issue #34 item 10: a long compile thrown away by a threshold. The failed target's binaries stay (never
+    packaged: out/failed/<id>/), and the compile is kept by its own key: relaxing the threshold judges it again."""
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    onnx_file = models.mlp(repo / "models" / "mlp.onnx")
+    cache, out = tmp_path / "cache", tmp_path / "dist"
+
+    def matrix(min_cosine):
+        options = {"verify": {"fp16": {"min_cosine": min_cosine}}} if min_cosine else {}
+        return write_matrix(repo, [path_model(repo, "mlp", onnx_file, graphs=GRAPH, chips=["SM8750"],
+                                              options=options)])
+
+    r, rep = _build(matrix(1.0), out, cache)  # fp16 never gives a cosine of exactly 1 here
+    (t,) = rep["targets"]
+    assert r.returncode == 8 and t["status"] == "failed" and t["exit_code"] == 7, t
+    assert not (out / t["id"]).exists() and any((out / "failed" / t["id"]).rglob("*.bin"))
+
+    r, rep = _build(matrix(None), out, cache)
+    (t,) = rep["targets"]
+    assert r.returncode == 0 and t["status"] == "ok" and t["verified"] is True, t
+    assert t["compile_reused"] is True  # the same binaries, judged again: no compile
+
+    # a real change to what is compiled (another optimization level) compiles
+    r, rep = _build(write_matrix(repo, [path_model(repo, "mlp", onnx_file, graphs=GRAPH, chips=["SM8750"],
+                                                   options={"optimization_level": 2})]),
+                    out, cache)
+    assert rep["targets"][0]["compile_reused"] is False

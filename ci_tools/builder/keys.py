@@ -31,6 +31,21 @@ def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def compile_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
+    """What the compile alone depends on: the target's key without what it is verified on and how it is judged
+    (``options.verify``), so a new threshold or new samples judge the same binaries again, never compile them
+    again (a 3-layer LSTM compiles for half an hour)."""
+    options = t.model.options.model_dump(mode="json")
+    options.pop("verify", None)
+    spec = {"v": COMPILE_VERSION, "target": [t.id, t.model.name, t.graph], "prepared": prepared.sha256,
+            "backend": backend, "sdk": sdk, "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb],
+            "precision": t.precision, "options": options, "calibration": calib}
+    if calib:
+        spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
+        spec["quantizer"] = QUANT_VERSION
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
 def _finished(folder: Path, key: str) -> TargetRecord | None:
     record = read_target(folder)
     if record is None or record.key != key or record.status != OK:

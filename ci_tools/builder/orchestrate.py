@@ -33,7 +33,7 @@ from ..sources.store import SourceStore, default_cache, sha256_file
 from .exports import model_sources
 from .gates import fp16_range_gate, trial_compile, unused_samples
 from .inputs import calibration, generated, sample_set
-from .keys import cached, target_key, verify_digest
+from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
 from .workers import run_all
@@ -314,6 +314,7 @@ class _Run:
         return TargetSpec(
             target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
             prepared=prep, backend=self.backend, key=key, out=self.out, store=self.cache / "targets",
+            compiled=self.cache / "compiled" / compile_key(t, prep, self.backend, self.sdk, inputs.calibration_hash),
             seed=m.calibration.seed, sample_set=ss, calibration=inputs.calibration,
             calibration_hash=inputs.calibration_hash,
             weight_scales=weight_scales(m.calibration.per_channel) if inputs.calibration_hash else None,

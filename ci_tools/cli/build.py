@@ -16,6 +16,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     from ..builder.summary import summary
     from ..matrix.schema import load_matrix
 
+    if args.jobs is None:
+        args.jobs = max(1, min(2, os.cpu_count() or 1))
     if args.jobs < 1:
         raise UsageError(f"-j {args.jobs}: expected at least 1 worker")
     loaded = load_matrix(args.matrix)
@@ -91,8 +93,8 @@ def _package_args(p) -> None:
 def register(sub, matrix_arg, target_filters) -> None:
     p = sub.add_parser("build", help="prepare, compile and verify every target of the matrix")
     target_filters(p)
-    p.add_argument("-j", "--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
-                   help="targets compiled at once, each in its own process")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="targets compiled at once, each in its own process (default: 2, or 1 on a one-core machine)")
     p.add_argument("--out", type=Path, default=Path("dist"))
     p.add_argument("--cache", type=Path, default=None, help="sources, prepared graphs (default ~/.cache/qnn-release)")
     p.add_argument("--force", action="store_true", help="rebuild targets even when cached")

@@ -52,7 +52,7 @@ def _argument_rows(p: argparse.ArgumentParser) -> list[str]:
         if a.choices:
             more.append("one of " + ", ".join(f"`{c}`" for c in a.choices))
         if a.default not in (None, False, argparse.SUPPRESS, []) and a.option_strings:
-            more.append(f"default `{a.default}`")
+            more.append(f"default `{_default(a.default)}`")
         if isinstance(a, argparse._AppendAction):
             more.append("repeatable")
         if a.required and a.option_strings:
@@ -60,6 +60,21 @@ def _argument_rows(p: argparse.ArgumentParser) -> list[str]:
         what = " ".join(filter(None, [a.help or "", f"({'; '.join(more)})" if more else ""]))
         rows.append(f"| {_cell(name)} | {_cell(what)} |")
     return rows
+
+
+def _default(value: object) -> str:
+    """A default as the page shows it, the same on every machine: a path in the repository relative to it, one
+    in the home folder under ``~``."""
+    if not isinstance(value, (str, Path)) or not str(value).startswith("/"):
+        return str(value)
+    path = Path(value)
+    for base, name in ((REPO_ROOT, "<repository>"), (Path.home(), "~")):
+        try:
+            rel = path.relative_to(base)
+        except ValueError:
+            continue
+        return name if str(rel) == "." else f"{name}/{rel}"
+    return str(path)
 
 
 def cli_page(build_parser) -> str:

@@ -6,6 +6,7 @@ The folder is assembled under a temporary name and renamed into place with its
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import Options
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
-from ..util.files import replace_dir
+from ..util.files import replace_dir, write_json
 from .records import FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
 FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
@@ -41,6 +42,9 @@ class TargetSpec:
     key: str
     out: Path
     store: Path  # content-addressed store of finished targets: <store>/<key>/
+    # the compile alone, by its own key (``builder.keys.compile_key``): a target judged again (new thresholds,
+    # new samples) reuses it, and a target that failed its verification keeps it, never compiled twice
+    compiled: Path | None = None
     seed: int
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
@@ -156,7 +160,7 @@ def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> Tar
 
     job = CompileJob(target_id=spec.target_id, prepared=spec.prepared, soc=spec.soc, precision=spec.precision,
                      options=spec.options, out_dir=tmp, calibration=spec.calibration, precompiled=spec.precompiled)
-    result = backend.compile(job)
+    result, reused = _compile(spec, backend, job)
     inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
     if spec.sample_set is not None:
         inputs_note = spec.sample_set.note
@@ -165,10 +169,60 @@ def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> Tar
         inputs_note = spec.inputs_note or inputs_note
     else:
         verification, note = _verify(spec, backend, job, result, inputs_note), ""
-    return TargetRecord.make(**who, **_compiled(spec, backend, result, tmp), verify_inputs=inputs_note,
+    return TargetRecord.make(**who, **_compiled(spec, backend, result, tmp), compile_reused=reused,
+                             verify_inputs=inputs_note,
                              **_verified(spec, verification, note),
                              created=datetime.now(timezone.utc).isoformat(timespec="seconds"), status=OK,
                              seconds=round(time.monotonic() - start, 3))
+
+
+COMPILED_FILE = "compiled.json"
+
+
+def _compile(spec: TargetSpec, backend, job) -> tuple[object, bool]:
+    """(the CompileResult, whether it is an earlier compile of the same key): the compile's files are kept by
+    their own key, so only what judges them runs again."""
+    from .backends import CompileResult
+
+    entry = spec.compiled
+    if entry is not None and (entry / COMPILED_FILE).is_file():
+        try:
+            saved = json.loads((entry / COMPILED_FILE).read_text())
+            shutil.copytree(entry, job.out_dir, copy_function=_link_or_copy, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(COMPILED_FILE))
+            here = job.out_dir
+            return CompileResult(context_onnx=here / saved["context_onnx"],
+                                 binaries=[here / b for b in saved["binaries"]], sdk_version=saved["sdk_version"],
+                                 seconds=saved["seconds"], warnings=saved["warnings"],
+                                 logs=[here / p for p in saved["logs"]]), True
+        except (OSError, ValueError, KeyError):
+            shutil.rmtree(job.out_dir, ignore_errors=True)  # a damaged entry: compile afresh
+            job.out_dir.mkdir(parents=True, exist_ok=True)
+    result = backend.compile(job)
+    if entry is not None:
+        _keep_compile(entry, job.out_dir, result)
+    return result, False
+
+
+def _keep_compile(entry: Path, folder: Path, result) -> None:
+    """The compile's files as they are before anything judges them, with what names them (written last)."""
+    def rel(p: Path) -> str:
+        return str(Path(p).resolve().relative_to(folder.resolve()))
+
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:12]}.", dir=entry.parent))
+    try:
+        shutil.copytree(folder, tmp / "c", copy_function=_link_or_copy)
+        write_json(tmp / "c" / COMPILED_FILE, {
+            "context_onnx": rel(result.context_onnx), "binaries": [rel(b) for b in result.binaries],
+            "sdk_version": result.sdk_version, "seconds": result.seconds, "warnings": list(result.warnings),
+            "logs": [rel(p) for p in result.logs if Path(p).exists() and folder.resolve() in Path(p).resolve().parents]
+        })
+        replace_dir(tmp / "c", entry)
+    except (OSError, ValueError):
+        pass  # a cache: the target is built either way
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _compiled(spec: TargetSpec, backend, result, tmp: Path) -> dict:

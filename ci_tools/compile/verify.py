@@ -15,9 +15,9 @@ from ..util.metrics import Parity, compare, worst
 # generated inputs is ~0 everywhere (PP-OCRv4 det: peak 3e-3, HTP error 3e-4, cosine 0.97), where
 # cosine and SNR measure fp16 rounding of nothing. 1e-3 is about fp16's resolution at 1.0.
 DEFAULT_THRESHOLDS = {
-    "fp16": Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=1e-3),
-    "w8a16": Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3),
-    "int8": Thresholds(min_cosine=0.95),
+    "fp16": Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=1e-3, min_deviation_snr_db=10.0),
+    "w8a16": Thresholds(min_cosine=0.99, min_snr_db=10.0, max_abs=1e-3, min_deviation_snr_db=10.0),
+    "int8": Thresholds(min_cosine=0.95, min_deviation_snr_db=6.0),
 }
 
 
@@ -89,7 +89,31 @@ def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds, peak: float | None =
                                  f"at {top:.3g}: an all-zero output would pass too")
         else:
             d.update(failures=[], passed_by="max_abs")
+    if not d["failures"] and d["passed_by"] == "cosine" and th.min_deviation_snr_db is not None:
+        _judge_deviations(d, r, g, th.min_deviation_snr_db)
     return d
+
+
+SPREAD_OF_PEAK = 1e-3  # an output whose spread is below this share of its peak is judged as constant
+
+
+def _judge_deviations(d: dict, r: np.ndarray, g: np.ndarray, limit: float) -> None:
+    """Does the answer carry what the output carries? Cosine and SNR are dominated by an output's mean where
+    it varies little around a large value: a constant (or the right values shifted) scores high on both. The
+    deviations from CPU's mean against the error: about 0 dB for a flat or offset-only answer."""
+    if r.size < 2:
+        return
+    spread = r - r.mean()
+    energy, peak = float(np.dot(spread, spread)), float(np.max(np.abs(r)))
+    if peak == 0.0 or np.sqrt(energy / r.size) < SPREAD_OF_PEAK * peak:
+        return  # constant on CPU too: nothing to carry
+    err = g - r
+    noise = float(np.dot(err, err))
+    dev = 200.0 if noise == 0.0 else float(min(200.0, 10.0 * np.log10(energy / noise)))
+    d["deviation_snr_db"] = round(dev, 2)
+    if dev < limit:
+        d["failures"].append(f"its variation is not carried: the deviations from CPU's mean agree at {dev:.1f} dB "
+                             f"< {limit} dB (a flat or offset answer; cosine and SNR are the mean's here)")
 
 
 def sliced_names(output_names: list[str], slices: dict[str, dict[str, OutputSlice]] | None) -> list[str]:

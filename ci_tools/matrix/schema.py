@@ -67,6 +67,11 @@ class Thresholds(_Frozen):
     min_cosine: float | None = Field(default=None, ge=-1, le=1)
     max_abs: float | None = Field(default=None, ge=0, description="absolute tolerance; enough on its own to pass")
     min_snr_db: float | None = None
+    min_deviation_snr_db: float | None = Field(
+        default=None, description="how well the output's deviations from its CPU mean agree (dB), judged where the "
+        "output varies (its spread is over 0.1 % of its peak) and it passed by cosine: a flat or offset-only answer "
+        "scores about 0 dB however high its cosine (an output of 0.27 +- 0.02 answered 0.268 everywhere: cosine "
+        "0.9997, SNR 32 dB)")
 
 
 class Graph(_Frozen):

@@ -50,3 +50,17 @@ def test_the_readme_is_a_front_page_that_points_each_reader_somewhere():
         assert f"docs/{page}.md" in readme and (REPO / "docs" / f"{page}.md").is_file()
     # the two commands a newcomer needs, as CI reads the second
     assert "qnn-release build" in readme and "python -m pytest -n 2" in readme
+
+
+def test_the_pages_are_the_same_on_every_checkout():
+    """CI checks the pages out elsewhere: a default that is a path is shown relative to the repository or home."""
+    import re
+
+    from ci_tools.paths import REPO_ROOT
+
+    assert reference._default(REPO_ROOT) == "<repository>"
+    assert reference._default(REPO_ROOT / "dist") == "<repository>/dist"
+    assert reference._default(Path.home() / ".cache" / "qnn-release") == "~/.cache/qnn-release"
+    for page in (REPO / "docs" / "reference").glob("*.md"):
+        absolute = re.findall(r"default `(/[^`]*)`", page.read_text())
+        assert not absolute, f"{page.name}: machine paths {absolute}"

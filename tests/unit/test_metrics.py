@@ -51,3 +51,24 @@ def test_check_fails_below_threshold_and_passes_above():
         check("t", ["y"], ref, bad, t, 0.1)
     with pytest.raises(VerifyError, match="elements"):
         check("t", ["y"], ref, [[np.zeros(3)]], t, 0.1)
+
+
+def test_a_flat_answer_fails_where_the_output_varies_little_around_a_large_value():
+    """Issue #34 item 9: 0.27 +- 0.02 answered 0.268 everywhere scores cosine 0.9997 and SNR 32 dB."""
+    from ci_tools.compile.verify import DEFAULT_THRESHOLDS, judge
+
+    rng = np.random.default_rng(0)
+    ref = 0.27 + 0.01 * np.sin(np.linspace(0, 20, 512))  # within +-0.02 of 0.27
+    flat = np.full_like(ref, 0.268)
+    d = judge(ref, flat, DEFAULT_THRESHOLDS["fp16"])
+    assert d["cosine"] > 0.999 and d["snr_db"] > 20  # what passed it before
+    assert d["failures"] and "variation is not carried" in d["failures"][0] and d["deviation_snr_db"] < 3
+    # the right values shifted by their own spread: also not what the model says
+    assert judge(ref, ref + 0.01, DEFAULT_THRESHOLDS["fp16"])["failures"]
+    # an fp16-accurate answer passes, with the number recorded
+    good = judge(ref, ref.astype(np.float16).astype(np.float64) + rng.normal(0, 1e-4, ref.size),
+                 DEFAULT_THRESHOLDS["fp16"])
+    assert not good["failures"] and good["deviation_snr_db"] > 30
+    # an output that is constant on CPU has nothing to carry: judged by cosine and SNR as before
+    const = np.full(64, 0.5)
+    assert not judge(const, const + 1e-5, DEFAULT_THRESHOLDS["fp16"])["failures"]
