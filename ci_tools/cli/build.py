@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -55,14 +54,14 @@ def cmd_package(args: argparse.Namespace) -> int:
 
     result = package(args.out, tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous, matrix=args.matrix,
                      device_numbers=args.device_numbers, require_verified=args.require_verified)
-    step_summary.append(step_summary.package(result, json.loads((result.release / "manifest.json").read_text())))
+    step_summary.append(step_summary.package(result))
     for a in result.assets:
-        print(f"{a['sha256'][:12]}  {a['size'] / 1e6:8.2f} MB  {a['name']}")
+        print(f"{a.sha256[:12]}  {a.size / 1e6:8.2f} MB  {a.name}")
     import sys
 
-    for w in json.loads((result.release / "manifest.json").read_text()).get("warnings", []):
+    for w in result.manifest.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    if not any(a["kind"] == "qnn-libs" for a in result.assets):
+    if not any(a.kind == "qnn-libs" for a in result.assets):
         print("note: no QNN runtime libraries in this release (no --qnn-sdk / QNN_SDK_ROOT): the release notes "
               "say which ones the app needs", file=sys.stderr)
     print(f"\n{len(result.assets)} assets, manifest.json and SHA256SUMS in {result.release}"

@@ -46,10 +46,10 @@ def build(report: BuildReport) -> str:
                   sdk=report.sdk_version, backend=report.backend)
 
 
-def package(result, manifest: dict) -> str:
-    models = [a for a in result.assets if a["kind"] == "model"]
-    return render("summary/package.md.j2", manifest=manifest, models=models,
-                  others=[a for a in result.assets if a["kind"] != "model"], skipped=manifest.get("skipped", []),
+def package(result) -> str:
+    models = [a for a in result.assets if a.kind == "model"]
+    return render("summary/package.md.j2", manifest=result.manifest, models=models,
+                  others=[a for a in result.assets if a.kind != "model"], skipped=result.manifest.skipped,
                   release=result.release)
 
 

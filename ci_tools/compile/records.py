@@ -147,10 +147,11 @@ def _refuse_unknown(values: Mapping[str, Any]) -> None:
                         + (f" (did you mean {near[0]!r}?)" if near else ""))
 
 
-def verdict(record: TargetRecord | Mapping[str, Any]) -> str:
-    """A target's (or a manifest asset's) verdict: one of VERDICTS' keys."""
-    verified, on = ((record.verified, record.verified_on) if isinstance(record, TargetRecord)
-                    else (record.get("verified"), record.get("verified_on")))
+def verdict(record: Any) -> str:
+    """A target's (or a manifest asset's) verdict: one of VERDICTS' keys. A record or an asset by its
+    attributes; a manifest read back from JSON (an older release's) by its keys."""
+    verified, on = ((record.get("verified"), record.get("verified_on")) if isinstance(record, Mapping)
+                    else (record.verified, record.verified_on))
     if not verified:
         return NOT_VERIFIED
     return on or GENERATED

@@ -32,6 +32,7 @@ from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
+from .manifest import LibsAsset, Manifest, ModelAsset
 from .metadata import METADATA_VERSION, Metadata
 from .page import write_page
 from .qnn_libs import build_qnn_libs
@@ -45,8 +46,9 @@ RELEASE_DIR = "release"
 @dataclass
 class PackageResult:
     release: Path
-    assets: list[dict]
+    assets: list[ModelAsset | LibsAsset]
     notes: Path | None
+    manifest: Manifest
 
 
 def sdk_sha256(root: Path) -> str | None:
@@ -123,28 +125,24 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, compiled=compiled, libs_name=libs_name,
                         prepared={(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.prepared},
                         device=_device_numbers(out, loaded, device_numbers, complete))
-        metas: dict[str, dict] = {}  # archive name -> its metadata.json, for the release page
+        metas: dict[str, Metadata] = {}  # archive name -> its metadata.json, for the release page
         for key, records in sorted(complete.items()):
             asset, meta = job.archive(key, records)
             assets.append(asset)
-            metas[asset["name"]] = meta
-        for a in assets:
-            path = tmp / a["name"]
-            a["size"], a["sha256"] = path.stat().st_size, sha256_file(path)
+            metas[asset.name] = meta
         manifest = _manifest(loaded, tag, assets, complete, skipped, job.device)
         notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir, _runtimes(metas, libs_name))
-        _manifest_contract(manifest)
-        write_json(tmp / "manifest.json", manifest)
+        write_json(tmp / "manifest.json", manifest.model_dump(mode="json"))  # the values, as they are written
         client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
-        sums = "".join(f"{a['sha256']}  {a['name']}\n" for a in manifest["assets"])
+        sums = "".join(f"{a.sha256}  {a.name}\n" for a in manifest.assets)
         write_atomic(tmp / "SHA256SUMS", sums + f"{sha256_file(client)}  {client.name}\n")
         write_page(tmp, manifest, metas, report)  # index.html: the release page, last (it lists the others' sha256)
         replace_dir(tmp, release)
         tmp = None
         if notes_path is not None:
             write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())
-            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest)
-        return PackageResult(release=release, assets=manifest["assets"], notes=notes_path)
+            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest.model_dump(mode="json"))
+        return PackageResult(release=release, assets=list(manifest.assets), notes=notes_path, manifest=manifest)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -243,13 +241,14 @@ def _sdk_offenders(complete: dict[Group, list[TargetRecord]], compiled: dict[str
     return offenders
 
 
-def _qnn_libs(qnn_sdk: Path | None, archs: set[int], tmp: Path) -> tuple[list[dict], str | None]:
+def _qnn_libs(qnn_sdk: Path | None, archs: set[int], tmp: Path) -> tuple[list[LibsAsset], str | None]:
     """``qnn-libs-<version>.tar.bz2`` and ``qnn-include-<version>.tar.bz2``, when an SDK tree is given."""
     if not qnn_sdk:
         return [], None
     libs_ver = libs_version(qnn_sdk)
     libs, inc = build_qnn_libs(qnn_sdk, sorted(archs), tmp)
-    return [{"name": path.name, "kind": kind, "sdk_version": libs_ver, "htp_archs": [f"v{a}" for a in sorted(archs)]}
+    return [LibsAsset(name=path.name, kind=kind, sdk_version=libs_ver, htp_archs=[f"v{a}" for a in sorted(archs)],
+                      size=path.stat().st_size, sha256=sha256_file(path))
             for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include"))], libs.name
 
 
@@ -266,7 +265,7 @@ class _Archives:
     prepared: dict[tuple[str, str], Prepared]
     device: DeviceNumbers | None  # device-numbers.json, when the targets were measured on devices
 
-    def archive(self, key: Group, records: list[TargetRecord]) -> tuple[dict, dict]:
+    def archive(self, key: Group, records: list[TargetRecord]) -> tuple[ModelAsset, Metadata]:
         """(manifest asset, metadata) of one archive, written into ``tmp``."""
         model_name, soc_name, precision = key
         model, soc = self.loaded.matrix.model(model_name), self.loaded.catalog.get(soc_name)
@@ -298,16 +297,16 @@ class _Archives:
                         **{"recipe_readme": None, "recipe_sample_row": None, **extras.readme}).encode()),
                     (f"{stem}/LICENSE", _licence(self.loaded, model, meta))]
         archive = make_tar_bz2(self.tmp / f"{stem}.tar.bz2", members)
-        asset = {"name": archive.name, "kind": "model", "model": model_name, "soc": soc.name,
-                 "soc_aliases": [soc.name.lower(), *soc.aliases], "soc_model": soc.soc_model,
-                 "htp_arch": soc.arch, "precision": precision, "sdk_version": sdk,
-                 "graphs": [g["name"] for g in graphs], "qnn_libs": self.libs_name,
-                 "verified": all(r.verified for r in records),
-                 "verified_on": weakest(verdict(r) for r in records),
-                 "cosine": min((n["parity_vs_cpu"] or {}).get("cosine", 1.0) for n in numbers.values()),
-                 "compile_seconds": round(sum(n["compile_seconds"] for n in numbers.values()), 3),
-                 "device": meta.on_device.model_dump(mode="json") if meta.on_device else None}
-        return asset, meta.model_dump(mode="json")
+        numbers_ = list(meta.numbers.values())
+        asset = _asset(ModelAsset, name=archive.name, kind="model", model=model_name, soc=soc.name,
+                       soc_aliases=[soc.name.lower(), *soc.aliases], soc_model=soc.soc_model, htp_arch=soc.arch,
+                       precision=precision, sdk_version=sdk, graphs=[g.name for g in meta.graphs],
+                       qnn_libs=self.libs_name, verified=all(r.verified for r in records),
+                       verified_on=weakest(verdict(r) for r in records),
+                       cosine=min(n.parity_vs_cpu.cosine if n.parity_vs_cpu else 1.0 for n in numbers_),
+                       compile_seconds=round(sum(n.compile_seconds for n in numbers_), 3), device=meta.on_device,
+                       size=archive.stat().st_size, sha256=sha256_file(archive))
+        return asset, meta
 
     def _graph(self, model: Model, stem: str, r: TargetRecord,
                members: list[tuple[str, Path | bytes]]) -> tuple[dict, dict, Prepared]:
@@ -365,14 +364,13 @@ class _Archives:
         }
 
 
-def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[dict], complete: dict[Group, list[TargetRecord]],
-              skipped: list[str], device: DeviceNumbers | None) -> dict:
-    warnings = _sdk_warnings(loaded, {a["sdk_version"] for a in assets if a["kind"] == "model"})
-    return {"manifest_version": 1, "tag": tag, "toolkit": f"qnn-release {__version__}", "warnings": warnings,
-            "sdk_versions": sorted({a["sdk_version"] for a in assets}),
-            "images": sorted({r.image for rs in complete.values() for r in rs if r.image}),
-            "skipped": skipped, "device_numbers": _device_note(device),
-            "assets": sorted(assets, key=lambda a: a["name"])}
+def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[ModelAsset | LibsAsset],
+              complete: dict[Group, list[TargetRecord]], skipped: list[str], device: DeviceNumbers | None) -> Manifest:
+    warnings = _sdk_warnings(loaded, {a.sdk_version for a in assets if a.kind == "model"})
+    return _asset(Manifest, manifest_version=1, tag=tag, toolkit=f"qnn-release {__version__}", warnings=warnings,
+                  sdk_versions=sorted({a.sdk_version for a in assets}),
+                  images=sorted({r.image for rs in complete.values() for r in rs if r.image}),
+                  skipped=skipped, device_numbers=_device_note(device), assets=sorted(assets, key=lambda a: a.name))
 
 
 def _device_note(device: DeviceNumbers | None) -> str:
@@ -386,13 +384,13 @@ def _device_note(device: DeviceNumbers | None) -> str:
             + (f"; {device.note}" if device.note else ""))
 
 
-def _runtimes(metas: dict[str, dict], libs: str | None) -> list[list[str]]:
+def _runtimes(metas: dict[str, Metadata], libs: str | None) -> list[list[str]]:
     """What the release notes say of the runtime, once per route and QNN version of its archives."""
-    seen = sorted({(m["sdk"]["route"], m["sdk"]["tool"], m["sdk"]["qnn_version"]) for m in metas.values()})
+    seen = sorted({(m.sdk.route, m.sdk.tool, m.sdk.qnn_version) for m in metas.values()})
     return [runtime_advice(route, tool, version, "v<arch>", libs) for route, tool, version in seen]
 
 
-def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: dict, previous: Path | None,
+def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: Manifest, previous: Path | None,
            notes_dir: Path | None, runtimes: list[list[str]]) -> Path | None:
     """``RELEASE_NOTES.md`` for a tag (with the changes since the previous release); where it goes in the repo."""
     if not tag:
@@ -432,13 +430,12 @@ def verification(model: Model, target: TargetRecord) -> dict | None:
             "samples": target.verify_samples, "passed_by": target.passed_by, "per_sample": target.per_sample}
 
 
-def _manifest_contract(manifest: dict) -> None:
+def _asset(cls: type, /, **values):
+    """A manifest value (an asset, the manifest), made once: what breaks its schema is one line."""
     import pydantic
 
-    from .manifest import validate_manifest
-
     try:
-        validate_manifest(manifest)
+        return cls(**values)
     except pydantic.ValidationError as e:
         err = e.errors(include_url=False)[0]
         raise PackageError(f"manifest.json would break its schema at {'.'.join(map(str, err['loc']))}: "
@@ -522,7 +519,8 @@ def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:
     return candidates[-1] if candidates else None
 
 
-def _changes(manifest: dict, previous: Path | None) -> dict:
+def _changes(manifest: Manifest, previous: Path | None) -> dict:
+    """What changed since the previous release (its manifest as published: read as the JSON it is)."""
     if previous is None:
         return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
     try:
@@ -533,13 +531,9 @@ def _changes(manifest: dict, previous: Path | None) -> dict:
     except (OSError, ValueError, KeyError) as e:
         raise PackageError(f"{previous}: cannot read the previous manifest: {e}") from None
 
-    def ident(a):
-        return (a["model"], a["soc"], a["precision"])
-
-    old_by, new_by = ({ident(a): a for a in old.values()},
-                      {ident(a): a for a in manifest["assets"] if a["kind"] == "model"})
+    old_by = {(a["model"], a["soc"], a["precision"]): a["sha256"] for a in old.values()}
+    new_by = {(a.model, a.soc, a.precision): a.sha256 for a in manifest.assets if a.kind == "model"}
     return {"added": sorted("/".join(k) for k in new_by.keys() - old_by.keys()),
             "removed": sorted("/".join(k) for k in old_by.keys() - new_by.keys()),
-            "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys()
-                              if new_by[k]["sha256"] != old_by[k]["sha256"]),
+            "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys() if new_by[k] != old_by[k]),
             "first": False, "previous_tag": data.get("tag")}

@@ -21,11 +21,13 @@ from urllib.parse import quote
 import jinja2
 
 from ..compile.records import REPORT, BuildReport
+from ..device.numbers import OnDevice
 from ..errors import PackageError
 from ..paths import TEMPLATES
 from ..sources.store import sha256_file
 from ..util.files import write_atomic
-from .manifest import PRECISION_ORDER
+from .manifest import PRECISION_ORDER, Manifest, ModelAsset
+from .metadata import Metadata, TranscriptNumbers
 
 PAGE = "index.html"
 # published beside the archives; listed on the page with their sha256 (index.html itself cannot be)
@@ -69,11 +71,10 @@ def _catalog():
         return None
 
 
-def _chip_info(name: str, metas: list[dict], cat) -> dict:
+def _chip_info(name: str, metas: list[Metadata], cat) -> dict:
     for m in metas:
-        if m.get("chip", {}).get("name") == name:
-            c = m["chip"]
-            return {"name": name, "marketing": c.get("marketing"), "arch": c.get("htp_arch")}
+        if m.chip.name == name:
+            return {"name": name, "marketing": m.chip.marketing, "arch": m.chip.htp_arch}
     try:
         soc = cat.get(name) if cat else None
     except Exception:
@@ -81,49 +82,50 @@ def _chip_info(name: str, metas: list[dict], cat) -> dict:
     return {"name": name, "marketing": soc.marketing if soc else None, "arch": soc.arch if soc else None}
 
 
-def _ok_cell(asset: dict, meta: dict) -> dict:
-    numbers = list(meta.get("numbers", {}).values())
-    parity = [n["parity_vs_cpu"] for n in numbers if n.get("parity_vs_cpu")]
-    latency = [n.get("emulator_latency_ms") for n in numbers]
-    sizes = [g["size"] for g in meta.get("graphs", [])]
-    status = "passed" if asset.get("verified", True) and parity else "unverified"
-    if status == "passed" and asset.get("verified_on") != "real-samples":  # older manifests: not said, not real
+def _ok_cell(asset: ModelAsset, meta: Metadata | None) -> dict:
+    numbers = list(meta.numbers.values()) if meta else []
+    parity = [n.parity_vs_cpu for n in numbers if n.parity_vs_cpu]
+    latency = [n.emulator_latency_ms for n in numbers]
+    sizes = [g.size for g in meta.graphs] if meta else []
+    status = "passed" if asset.verified is not False and parity else "unverified"
+    if status == "passed" and asset.verified_on != "real-samples":  # older manifests: not said, not real
         status = "generated"
-    return {"status": status, "asset": asset["name"], "graphs": len(asset.get("graphs", [])),
-            "size": sum(sizes) if sizes else None,
-            "compile_seconds": asset.get("compile_seconds", sum(n["compile_seconds"] for n in numbers) or None),
-            "cosine": min(p["cosine"] for p in parity) if parity else asset.get("cosine"),
-            "snr_db": min(p["snr_db"] for p in parity) if parity else None,
-            "max_abs": max(p["max_abs"] for p in parity) if parity else None,
-            "by_max_abs": any((n.get("verification") or {}).get("passed_by") == "max_abs" for n in numbers),
+    compile_seconds = asset.compile_seconds if asset.compile_seconds is not None else \
+        (sum(n.compile_seconds for n in numbers) or None)
+    return {"status": status, "asset": asset.name, "graphs": len(asset.graphs),
+            "size": sum(sizes) if sizes else None, "compile_seconds": compile_seconds,
+            "cosine": min(p.cosine for p in parity) if parity else asset.cosine,
+            "snr_db": min(p.snr_db for p in parity) if parity else None,
+            "max_abs": max(p.max_abs for p in parity) if parity else None,
+            "by_max_abs": any(n.verification is not None and n.verification.passed_by == "max_abs" for n in numbers),
             "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
-            "transcript": _transcript(meta.get("transcript")), "device": _device(meta.get("on_device"))}
+            "transcript": _transcript(meta.transcript if meta else None),
+            "device": _device(meta.on_device if meta else None)}
 
 
-def _device(d: dict | None) -> dict | None:
+def _device(d: OnDevice | None) -> dict | None:
     """A real device's figures (device-numbers.json): NPU latency, speedup vs its CPU, or why there are none."""
     if not d:
         return None
-    speech = d.get("speech") or {}
-    return {"status": d["status"], "reason": d.get("reason"), "device": d.get("device"), "via": d.get("via"),
-            "latency_ms": d.get("latency_ms"), "cpu_latency_ms": d.get("cpu_latency_ms"),
-            "speedup": d.get("speedup_vs_cpu"), "rtf": speech.get("real_time_factor"),
-            "ttft_ms": speech.get("time_to_first_token_ms")}
+    return {"status": d.status, "reason": d.reason, "device": d.device, "via": d.via,
+            "latency_ms": d.latency_ms, "cpu_latency_ms": d.cpu_latency_ms, "speedup": d.speedup_vs_cpu,
+            "rtf": d.speech.real_time_factor if d.speech else None,
+            "ttft_ms": d.speech.time_to_first_token_ms if d.speech else None}
 
 
 def _device_bar(d: dict) -> str:
     return f"{d['latency_ms']:.3f} ms" + (f", {d['speedup']:.1f}x CPU" if d.get("speedup") else "")
 
 
-def _transcript(t: dict | None) -> dict | None:
+def _transcript(t: TranscriptNumbers | None) -> dict | None:
     """A speech model's verification: HTP transcripts equal to CPU's, and the WER against the clips."""
     if not t:
         return None
-    return {"agree": t["agree"], "clips": len(t["clips"]), "wer": t["wer"], "wer_vs_cpu": t["wer_vs_cpu"],
-            "cpu_wer_all": t.get("cpu_wer_all"), "cpu_clips_all": t.get("cpu_clips_all"),
-            "encoder_s": t.get("emulator_seconds_per_encoder_run"),
-            "step_s": t.get("emulator_seconds_per_decoder_step"), "rtf": t.get("emulator_real_time_factor"),
-            "near_ties": [f"{n['cpu'].strip()}/{n['htp'].strip()}" for n in t.get("near_ties") or []]}
+    return {"agree": t.agree, "clips": len(t.clips), "wer": t.wer, "wer_vs_cpu": t.wer_vs_cpu,
+            "cpu_wer_all": t.cpu_wer_all, "cpu_clips_all": t.cpu_clips_all,
+            "encoder_s": t.emulator_seconds_per_encoder_run, "step_s": t.emulator_seconds_per_decoder_step,
+            "rtf": t.emulator_real_time_factor,
+            "near_ties": [f"{n.cpu.strip()}/{n.htp.strip()}" for n in t.near_ties or []]}
 
 
 def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:
@@ -138,16 +140,16 @@ def _slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(parts))
 
 
-def _verification(metas: list[dict]) -> dict[str, list[str]]:
+def _verification(metas: list[Metadata]) -> dict[str, list[str]]:
     out: dict[str, set[str]] = {}
     for m in metas:
-        for n in m.get("numbers", {}).values():
-            v = n.get("verification")
+        for n in m.numbers.values():
+            v = n.verification
             if not v:
                 continue
-            what = (f"real inputs from {v['source']}" if v["inputs"] == "real" else
-                    f"generated inputs ({v['source']})") + (f", {v['samples']} sample(s)" if v.get("samples") else "")
-            out.setdefault(m["model"]["name"], set()).add(f"{m['quantization']['precision']}: {what}")
+            what = (f"real inputs from {v.source}" if v.inputs == "real" else
+                    f"generated inputs ({v.source})") + (f", {v.samples} sample(s)" if v.samples else "")
+            out.setdefault(m.model.name, set()).add(f"{m.quantization.precision}: {what}")
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
@@ -172,15 +174,15 @@ def _charts(cells: dict, models: list[str], precisions: list[str], chips: list[s
     return charts
 
 
-def page_data(manifest: dict, metas: dict[str, dict], report: BuildReport | None, files: dict[str, tuple[int, str]],
-              base: str | None) -> dict:
+def page_data(manifest: Manifest, metas: dict[str, Metadata], report: BuildReport | None,
+              files: dict[str, tuple[int, str]], base: str | None) -> dict:
     """Everything the page shows. ``files``: the release's other files (name -> (size, sha256))."""
     cat = _catalog()
-    models_assets = [a for a in manifest.get("assets", []) if a.get("kind") == "model"]
     cells: dict[tuple[str, str, str], dict] = {}
-    for a in models_assets:
-        cells[(a["precision"], a["soc"], a["model"])] = _ok_cell(a, metas.get(a["name"], {}))
-    for line in manifest.get("skipped", []):
+    for a in manifest.assets:
+        if a.kind == "model":
+            cells[(a.precision, a.soc, a.model)] = _ok_cell(a, metas.get(a.name))
+    for line in manifest.skipped:
         m = re.match(r"^([^/]+)/([^/]+)/(\S+)\s*(.*)$", line)
         if m:
             cells.setdefault((m[3], m[2], m[1]), {"status": "incomplete", "error": m[4].strip("() ") or None})
@@ -206,18 +208,17 @@ def page_data(manifest: dict, metas: dict[str, dict], report: BuildReport | None
              for p in precisions]
     charts = _charts(cells, models, precisions, chips)
     count = {s: sum(c["status"] == s for c in cells.values()) for s in STATUS if s != "absent"}
-    assets = [{"name": a["name"], "kind": a["kind"], "size": a["size"], "sha256": a["sha256"],
-               "href": (base or "") + quote(a["name"])} for a in manifest.get("assets", [])]
+    assets = [{"name": a.name, "kind": a.kind, "size": a.size, "sha256": a.sha256,
+               "href": (base or "") + quote(a.name)} for a in manifest.assets]
     assets += [{"name": n, "kind": "file", "size": size, "sha256": sha, "href": (base or "") + quote(n)}
                for n, (size, sha) in files.items()]
-    return {"tag": manifest.get("tag"), "toolkit": manifest.get("toolkit"),
-            "sdk_versions": manifest.get("sdk_versions", []), "images": manifest.get("images", []),
-            "tools": sorted({f"{m['sdk']['route']}: {m['sdk']['tool']}" for m in all_metas if m.get("sdk")}),
-            "commits": sorted({m["toolkit_commit"] for m in all_metas if m.get("toolkit_commit")}),
-            "created": max((m.get("created") or "" for m in all_metas), default="") or None,
+    return {"tag": manifest.tag, "toolkit": manifest.toolkit, "sdk_versions": manifest.sdk_versions,
+            "images": manifest.images, "tools": sorted({f"{m.sdk.route}: {m.sdk.tool}" for m in all_metas}),
+            "commits": sorted({m.toolkit_commit for m in all_metas if m.toolkit_commit}),
+            "created": max((m.created or "" for m in all_metas), default="") or None,
             "models": models, "grids": grids, "charts": charts, "failures": failures, "count": count,
             "verification": _verification(all_metas), "assets": assets, "statuses": STATUS,
-            "has_fetch_sh": "qnn-fetch.sh" in files, "device_numbers": manifest.get("device_numbers")}
+            "has_fetch_sh": "qnn-fetch.sh" in files, "device_numbers": manifest.device_numbers}
 
 
 def render_page(data: dict) -> str:
@@ -228,21 +229,28 @@ def _files(folder: Path) -> dict[str, tuple[int, str]]:
     return {n: ((folder / n).stat().st_size, sha256_file(folder / n)) for n in EXTRA_FILES if (folder / n).is_file()}
 
 
-def write_page(folder: Path, manifest: dict, metas: dict[str, dict], report: BuildReport | None,
+def write_page(folder: Path, manifest: Manifest, metas: dict[str, Metadata], report: BuildReport | None,
                base: str | None = None) -> Path:
-    data = page_data(manifest, metas, report, _files(folder), base or download_base(manifest.get("tag")))
+    data = page_data(manifest, metas, report, _files(folder), base or download_base(manifest.tag))
     write_atomic(folder / PAGE, render_page(data))
     return folder / PAGE
 
 
-def read_metadata(archive: Path) -> dict:
+def read_metadata(archive: Path) -> Metadata:
     """The metadata.json at the top of a model archive (read as a stream: nothing is extracted)."""
+    import pydantic
+
     try:
         with tarfile.open(archive, "r:*") as tar:
             for m in tar:
                 if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/metadata.json"):
-                    return json.load(tar.extractfile(m))
+                    return Metadata.model_validate(json.load(tar.extractfile(m)))
     except (tarfile.TarError, OSError, ValueError) as e:
+        if isinstance(e, pydantic.ValidationError):
+            err = e.errors(include_url=False)[0]
+            raise PackageError(f"{archive}: its metadata.json is not one this version reads (at "
+                               f"{'.'.join(map(str, err['loc']))}: {err['msg']})",
+                               hint="package the release again with this qnn-release") from None
         raise PackageError(f"{archive}: cannot read its metadata.json: {e}") from None
     raise PackageError(f"{archive}: no metadata.json in it")
 
@@ -255,12 +263,9 @@ def report(path: Path, repo: str | None = None) -> Path:
         folder = release_dir(Path(path))
     except Exception as e:
         raise PackageError(str(e).split(" (hint")[0], hint="run `qnn-release package` first") from None
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except ValueError as e:
-        raise PackageError(f"{folder / 'manifest.json'}: not valid JSON: {e}") from None
-    metas = {a["name"]: read_metadata(folder / a["name"]) for a in manifest.get("assets", [])
-             if a.get("kind") == "model" and (folder / a["name"]).is_file()}
+    manifest = _read_manifest(folder / "manifest.json")
+    metas = {a.name: read_metadata(folder / a.name) for a in manifest.assets
+             if a.kind == "model" and (folder / a.name).is_file()}
     build = None
     for candidate in (folder / REPORT, folder.parent / REPORT):
         if candidate.is_file():
@@ -269,4 +274,17 @@ def report(path: Path, repo: str | None = None) -> Path:
             except (OSError, ValueError, TypeError):  # a report this page cannot read: the page without failures
                 build = None
             break
-    return write_page(folder, manifest, metas, build, download_base(manifest.get("tag"), repo))
+    return write_page(folder, manifest, metas, build, download_base(manifest.tag, repo))
+
+
+def _read_manifest(path: Path) -> Manifest:
+    import pydantic
+
+    try:
+        return Manifest.model_validate_json(path.read_text())
+    except OSError as e:
+        raise PackageError(f"{path}: cannot read it: {e.strerror or e}") from None
+    except pydantic.ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise PackageError(f"{path}: not a manifest this version reads (at {'.'.join(map(str, err['loc']))}: "
+                           f"{err['msg']})", hint="package the release again with this qnn-release") from None

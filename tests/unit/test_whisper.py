@@ -161,7 +161,7 @@ def test_a_transcript_too_far_from_cpu_fails_both_graphs():
     clip = {"file": "lights.wav", "cpu": "Turn off the lights.", "htp": "Turn of the lights.", "wer_vs_cpu": 0.25}
     result = {"clips": [clip], "wer_vs_cpu": 0.25, "parity": {}, "emulator_seconds_per_encoder_run": 1.0,
               "emulator_seconds_per_decoder_step": 0.1}
-    judged = check._apply(model, rs, result, None)
+    judged = check._apply(model, rs, check.ChipResult(**result), None)
     assert [r.id for r in judged] == [r.id for r in rs]
     for r in judged:
         assert r.status == "failed" and r.exit_code == 7 and not r.verified
@@ -199,7 +199,7 @@ def test_a_transcript_that_differs_only_by_near_ties_passes_and_says_where():
             "htp_ended": True, "divergent_steps": []}  # a capital: the same words, judged by WER as before
     result = {"clips": [differs, same], "wer_vs_cpu": 0.125, "parity": {}, "emulator_seconds_per_encoder_run": 1.0,
               "emulator_seconds_per_decoder_step": 0.1}
-    for r in check._apply(model, rs, result, None, recorded=True):
+    for r in check._apply(model, rs, check.ChipResult(**result), None, recorded=True):
         assert r.status == "ok" and r.verified and r.verified_on == "real-samples"
         assert r.transcript["near_ties"] == [{"file": "002.wav", **{k: v for k, v in tie.items()
                                                                     if k != "end_of_text"}}]
@@ -215,7 +215,7 @@ def test_a_transcript_that_differs_only_by_near_ties_passes_and_says_where():
             ({**differs, "htp": "Four Queens of Clothes and Hearts."}, "words differ for 1 near-tie step"),
             ({**differs, "divergent_steps": []}, "no step where HTP left"),
             ({k: v for k, v in differs.items() if k != "divergent_steps"}, "checked before near-ties")):
-        for r in check._apply(model, rs, {**result, "clips": [bad, same]}, None):
+        for r in check._apply(model, rs, check.ChipResult(**{**result, "clips": [bad, same]}), None):
             assert r.status == "failed" and "WER 0.125 > 0.0" in r.error and why in r.error, (why, r.error)
 
 

@@ -16,7 +16,7 @@ import re
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,48 @@ DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
 # many nats of its own best. Measured: Whisper base fp16 on SM8650, "Four Queen of Clothes" for CPU's "Cloves"
 # (' Cl' for ' Clo'): 0.0093 nats, probabilities within 1 %. 0.1 nats is probabilities within 10.5 %.
 NEAR_TIE_NATS = 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipJob:
+    """One chip build's check, as the worker takes it (plain values: it crosses to a spawned process)."""
+
+    key: str  # the check's cache key
+    soc: str
+    precision: str
+    export_dir: str
+    language: str
+    max_tokens: int
+    cpu: dict[str, str]  # clip name -> CPU's transcript
+    cpu_wer: float | None
+    chip: dict  # name, soc_model, htp_arch: written into the folder's whisper.json
+    clips: list[dict]  # windows: paths, names, name, text
+    graphs: dict[str, dict]  # graph -> folder, context_onnx, binaries
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipResult:
+    """What a chip build transcribed and how it compares, as the worker returns it and the cache keeps it
+    (``transcripts/<key>.json``)."""
+
+    clips: list[dict]
+    wer_vs_cpu: float
+    parity: dict[str, dict]  # graph -> the worst parity over the window's runs
+    emulator_seconds_per_encoder_run: float
+    emulator_seconds_per_decoder_step: float
+    version: int = CHECK_VERSION
+    key: str = ""
+    soc: str = ""
+    precision: str = ""
+    agree: int = 0
+    wer: float = 0.0
+    emulator_seconds_load: float | None = None
+    cpu_wer_all: float | None = None
+    cpu_clips_all: int | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -207,9 +249,9 @@ def calibration(export_dir: Path, clips: list[Clip], graph: str, decoder_samples
 # -- the check ---------------------------------------------------------------------------------
 
 
-def _chip_folder(job: dict, export_dir: Path, folder: Path) -> Path:
+def _chip_folder(job: ChipJob, export_dir: Path, folder: Path) -> Path:
     """A folder the decoder reads: the chip's binaries and stubs beside the export's tokenizer and config."""
-    for graph, files in job["graphs"].items():
+    for graph, files in job.graphs.items():
         target = Path(files["folder"]).resolve()
         for name in files["binaries"]:
             os.symlink(target / name, folder / name)
@@ -217,24 +259,24 @@ def _chip_folder(job: dict, export_dir: Path, folder: Path) -> Path:
     for name in ("tokenizer.json", "mel_filters.npy"):
         os.symlink(export_dir / name, folder / name)
     config = json.loads((export_dir / "whisper.json").read_text())
-    config["chip"] = job["chip"]
+    config["chip"] = job.chip
     (folder / "whisper.json").write_text(json.dumps(config))
     return folder
 
 
-def _check_chip(job: dict) -> dict:
+def _check_chip(job: ChipJob) -> ChipResult:
     """In a worker: transcribe the chip's clips with its binaries on the emulator and on CPU."""
     started = time.monotonic()
-    export_dir = Path(job["export_dir"]).resolve()
+    export_dir = Path(job.export_dir).resolve()
     with tempfile.TemporaryDirectory(prefix="whisper-check.") as tmp:
         folder = _chip_folder(job, export_dir, Path(tmp))
         from ...compile.qnn_ep import quiet_native
 
         loading = time.monotonic()
         with quiet_native():  # the QNN library's banner on loading: not on the build's terminal
-            htp = Whisper(folder, device="htp", language=job["language"])
+            htp = Whisper(folder, device="htp", language=job.language)
         load_seconds = time.monotonic() - loading
-        cpu = Whisper(export_dir, device="cpu", language=job["language"])
+        cpu = Whisper(export_dir, device="cpu", language=job.language)
         parity: dict[str, list] = {"encoder": [], "decoder": []}
         htp_logits: dict[int, np.ndarray] = {}  # this window's HTP logits by decoder step (offset)
 
@@ -246,14 +288,14 @@ def _check_chip(job: dict) -> dict:
                 htp_logits[int(feed["offset"][0])] = outputs[0]
 
         clips = []
-        for c in job["clips"]:  # a window: one clip, or several packed
+        for c in job.clips:  # a window: one clip, or several packed
             audio = window_audio(c["paths"])
-            said_on_cpu = job["cpu"][c["name"]] if len(c["paths"]) == 1 else \
-                cpu.transcribe(audio, max_tokens=job["max_tokens"]).text
+            said_on_cpu = job.cpu[c["name"]] if len(c["paths"]) == 1 else \
+                cpu.transcribe(audio, max_tokens=job.max_tokens).text
             htp_logits.clear()
-            got = htp.transcribe(audio, max_tokens=job["max_tokens"], observe=observe)
+            got = htp.transcribe(audio, max_tokens=job.max_tokens, observe=observe)
             departures = [] if got.text == said_on_cpu else \
-                _divergence(cpu, audio, got, job["max_tokens"], htp_logits)
+                _divergence(cpu, audio, got, job.max_tokens, htp_logits)
             clips.append({"file": c["name"], "files": c["names"], "reference": c["text"], "cpu": said_on_cpu,
                           "htp": got.text,
                           "htp_tokens": got.tokens, "encoder_seconds": round(got.encoder_seconds, 3),
@@ -265,16 +307,13 @@ def _check_chip(job: dict) -> dict:
         c["wer_vs_cpu"] = wer([(c["cpu"], c["htp"])])
         c["wer"] = wer([(c["reference"], c["htp"])])
     steps = sum(c["decoder_steps"] for c in clips)
-    return {"version": CHECK_VERSION, "key": job["key"], "soc": job["soc"], "precision": job["precision"],
-            "clips": clips, "agree": sum(c["cpu"] == c["htp"] for c in clips),
-            "wer_vs_cpu": wer([(c["cpu"], c["htp"]) for c in clips]),
-            "wer": wer([(c["reference"], c["htp"]) for c in clips]),
-            "emulator_seconds_per_encoder_run": round(float(np.mean([c["encoder_seconds"] for c in clips])), 3),
-            "emulator_seconds_per_decoder_step": round(sum(c["decoder_seconds"] for c in clips) / max(steps, 1), 4),
-            "emulator_seconds_load": round(load_seconds, 3),
-            "parity": {g: worst(p).as_dict() for g, p in parity.items() if p},
-            "cpu_wer_all": job.get("cpu_wer"), "cpu_clips_all": len(job["cpu"]),
-            "seconds": round(time.monotonic() - started, 3)}
+    return ChipResult(
+        key=job.key, soc=job.soc, precision=job.precision, clips=clips, agree=sum(c["cpu"] == c["htp"] for c in clips),
+        wer_vs_cpu=wer([(c["cpu"], c["htp"]) for c in clips]), wer=wer([(c["reference"], c["htp"]) for c in clips]),
+        emulator_seconds_per_encoder_run=round(float(np.mean([c["encoder_seconds"] for c in clips])), 3),
+        emulator_seconds_per_decoder_step=round(sum(c["decoder_seconds"] for c in clips) / max(steps, 1), 4),
+        emulator_seconds_load=round(load_seconds, 3), parity={g: worst(p).as_dict() for g, p in parity.items() if p},
+        cpu_wer_all=job.cpu_wer, cpu_clips_all=len(job.cpu), seconds=round(time.monotonic() - started, 3))
 
 
 def _divergence(cpu: Whisper, audio: np.ndarray, htp, max_tokens: int, htp_logits: dict) -> list[dict]:
@@ -332,7 +371,7 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
         key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
         cached = store / f"{key}.json"
         if cached.is_file() and not check.force:
-            results[(soc, precision)] = json.loads(cached.read_text())
+            results[(soc, precision)] = ChipResult(**json.loads(cached.read_text()))
             continue
         if check.from_store:
             results[(soc, precision)] = None
@@ -341,34 +380,34 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
             cpu = _cpu_transcripts(check.export, clips, model.verify.language, model.verify.max_tokens)
         pending.append(_job(check, soc, precision, rs, mine, key, cpu))
     for job, result in _run(pending, check.jobs, check.progress, model.name):
-        if isinstance(result, dict):
-            write_json(store / f"{job['key']}.json", result)
-        results[(job["soc"], job["precision"])] = result
+        if isinstance(result, ChipResult):
+            write_json(store / f"{job.key}.json", result.as_dict())
+        results[(job.soc, job.precision)] = result
     export_check = _export_check(check.export)
     return [r for group, result in results.items()
             for r in _apply(model, check.groups[group], result, export_check, recorded)]
 
 
 def _job(check: ChipCheck, soc: str, precision: str, rs: list[TargetRecord], windows: list[list[Clip]], key: str,
-         cpu: dict) -> dict:
-    """One chip's check as the worker takes it (plain data: it crosses to a spawned process)."""
+         cpu: dict) -> ChipJob:
+    """One chip's check as the worker takes it."""
     model, s = check.model, check.loaded.catalog.get(soc)
-    return {
-        "key": key, "soc": soc, "precision": precision, "export_dir": str(check.export),
-        "language": model.verify.language, "max_tokens": model.verify.max_tokens, "cpu": cpu["texts"],
-        "cpu_wer": cpu["wer"], "chip": {"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
-        "clips": [{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
-                   "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in windows],
-        "graphs": {r.graph: {"folder": str(check.folders[r.id]), "context_onnx": r.context_onnx,
-                             "binaries": r.binaries} for r in rs}}
+    return ChipJob(
+        key=key, soc=soc, precision=precision, export_dir=str(check.export), language=model.verify.language,
+        max_tokens=model.verify.max_tokens, cpu=cpu["texts"], cpu_wer=cpu["wer"],
+        chip={"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
+        clips=[{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
+                "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in windows],
+        graphs={r.graph: {"folder": str(check.folders[r.id]), "context_onnx": r.context_onnx,
+                          "binaries": r.binaries} for r in rs})
 
 
-def _run(pending: list[dict], jobs: int, progress, model: str):
+def _run(pending: list[ChipJob], jobs: int, progress, model: str):
     if not pending:
         return
     if progress is not None:
-        windows_ = sum(len(j["clips"]) for j in pending)
-        clips = sum(len(w["paths"]) for j in pending for w in j["clips"])
+        windows_ = sum(len(j.clips) for j in pending)
+        clips = sum(len(w["paths"]) for j in pending for w in j.clips)
         progress.info(f"{model}: transcribing {clips} clip(s) in {windows_} window(s) on the HTP emulator for "
                       f"{len(pending)} chip build(s) (minutes per window: one encoder run each)")
     if jobs <= 1 or len(pending) == 1:
@@ -381,7 +420,7 @@ def _run(pending: list[dict], jobs: int, progress, model: str):
         yield from zip(pending, pool.map(_safe, pending))
 
 
-def _safe(job: dict) -> dict | str:
+def _safe(job: ChipJob) -> ChipResult | str:
     """The check's result, or one line saying why it could not run (the emulator refused a binary ...)."""
     try:
         return _check_chip(job)
@@ -398,12 +437,12 @@ def _export_check(export_dir: Path) -> dict | None:
         return None
 
 
-def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_check: dict | None,
+def _apply(model, rs: list[TargetRecord], result: ChipResult | str | None, export_check: dict | None,
            recorded: bool = False) -> list[TargetRecord]:
     """The chip's records as the transcript check judged them."""
     precision = rs[0].precision
     limit = model.verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
-    near_ties, not_near = _near_ties(result) if isinstance(result, dict) else (None, None)
+    near_ties, not_near = _near_ties(result) if isinstance(result, ChipResult) else (None, None)
     out = []
     for r in rs:
         r = r.with_(verify_kind="transcript")
@@ -414,19 +453,19 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
         if isinstance(result, str):
             out.append(_fail(r, VerifyError(f"{r.id}: {result}")))
             continue
-        summary = {k: v for k, v in result.items() if k not in ("parity",)}
+        summary = {k: v for k, v in result.as_dict().items() if k not in ("parity",)}
         summary["max_wer_vs_cpu"] = limit
         summary["export_check"] = export_check
-        parity = result["parity"].get(r.graph)
+        parity = result.parity.get(r.graph)
         r = r.with_(transcript=summary, **({"parity": parity} if parity is not None else {}),
-                    emulator_seconds=(result["emulator_seconds_per_encoder_run"] if r.graph == "encoder"
-                                      else result["emulator_seconds_per_decoder_step"]))
+                    emulator_seconds=(result.emulator_seconds_per_encoder_run if r.graph == "encoder"
+                                      else result.emulator_seconds_per_decoder_step))
         if near_ties is not None:
             r = r.with_(transcript={**summary, "near_ties": near_ties, "near_tie_nats": NEAR_TIE_NATS})
-        if result["wer_vs_cpu"] > limit and near_ties is None:
-            worst_clip = max(result["clips"], key=lambda c: c["wer_vs_cpu"])
+        if result.wer_vs_cpu > limit and near_ties is None:
+            worst_clip = max(result.clips, key=lambda c: c["wer_vs_cpu"])
             r = _fail(r, VerifyError(
-                f"{r.id}: the emulator transcript differs from CPU: WER {result['wer_vs_cpu']:.3f} > {limit} "
+                f"{r.id}: the emulator transcript differs from CPU: WER {result.wer_vs_cpu:.3f} > {limit} "
                 f"({worst_clip['file']}: HTP {worst_clip['htp']!r}, CPU {worst_clip['cpu']!r}"
                 f"{'; ' + not_near if not_near else ''})",
                 hint=f"raise verify.max_wer_vs_cpu.{precision} if this precision is expected to drift, "
@@ -438,16 +477,16 @@ def _apply(model, rs: list[TargetRecord], result: dict | str | None, export_chec
     return out
 
 
-def _near_ties(result: dict) -> tuple[list[dict] | None, str | None]:
+def _near_ties(result: ChipResult) -> tuple[list[dict] | None, str | None]:
     """(near-ties, None) where HTP's transcript differs from CPU's only through near-ties, else (None, why not).
     In every differing window: HTP ended its text itself (not at the token limit), each step where HTP's token
     is not the one CPU rates best (decoding along HTP's tokens) is within NEAR_TIE_NATS of it and is not an end
     of text (an early or a late end drops or adds words: never a near-tie), and the two transcripts are no more
     words apart than there are such steps."""
-    differing = [c for c in result["clips"] if c["wer_vs_cpu"] > 0]
+    differing = [c for c in result.clips if c["wer_vs_cpu"] > 0]
     if not differing:
         return None, None
-    if any("divergent_steps" not in c for c in result["clips"]):
+    if any("divergent_steps" not in c for c in result.clips):
         return None, "checked before near-ties were looked for"
     ties = []
     for c in differing:
