@@ -264,3 +264,17 @@ def channels_last_cnn(path: Path, size: int = 32, channels: int = 8) -> Path:
     g = helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size, size, 3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels])], [w, b])
     return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def bilstm_tagger(path: Path, hidden: int = 4, features: int = 8, seed: int = 1) -> Path:
+    """A bidirectional LSTM over a dynamic time axis ``T`` (x: [T, 1, features]), no sequence_lens: what a
+    character tagger exports as. Fixed to a length for HTP, an app pads shorter inputs to it."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, features)) * 0.3).astype(np.float32), "W")
+    r = numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R")
+    b = numpy_helper.from_array(np.zeros((2, 8 * hidden), np.float32), "B")
+    nodes = [helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], name="bilstm", hidden_size=hidden,
+                              direction="bidirectional")]
+    g = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", 1, features])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 2, 1, hidden])], [w, r, b])
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)

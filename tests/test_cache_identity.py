@@ -104,6 +104,8 @@ def test_a_failed_verification_keeps_its_binaries_and_a_new_threshold_judges_the
     (t,) = rep["targets"]
     assert r.returncode == 0 and t["status"] == "ok" and t["verified"] is True, t
     assert t["compile_reused"] is True  # the same binaries, judged again: no compile
+    r, rep = _build(matrix(None), out, cache, "--force")  # --force compiles again, whatever is kept
+    assert rep["targets"][0]["compile_reused"] is False and rep["targets"][0]["status"] == "ok"
 
     # a real change to what is compiled (another optimization level) compiles
     r, rep = _build(write_matrix(repo, [path_model(repo, "mlp", onnx_file, graphs=GRAPH, chips=["SM8750"],

@@ -12,6 +12,7 @@ import pytest
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.prepare.graph import prepare
 from ci_tools.sources.store import SourceStore
+from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
 
 
@@ -73,3 +74,23 @@ def test_demo_vad_prepares_against_the_published_graph(cache_dir):
     before, after = map(int, re.findall(r"(\d+) -> (\d+) nodes", simplified[0])[0])
     nodes = __import__("onnx").load(str(p.path)).graph.node
     assert after <= before and len(nodes) <= after and not [n for n in nodes if n.op_type == "Constant"]
+
+
+def test_a_padded_bidirectional_lstm_is_warned_of_in_inspect_and_the_record(tmp_path):
+    """Issue #34 item 7, end to end: the build's record and `inspect` say what the warning says."""
+    pytest.importorskip("onnxruntime_qnn")
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    onnx_file = models.bilstm_tagger(repo / "models" / "tagger.onnx")
+    matrix = write_matrix(repo, [path_model(repo, "tagger", onnx_file, chips=["SM8750"],
+                                            graphs=[{"name": "main", "file": "tagger.onnx",
+                                                     "inputs": {"x": [32, 1, 8]}}])])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "c")})
+    rep = json.loads((out / "build-report.json").read_text())
+    (t,) = rep["targets"]
+    assert any(w.startswith("warning: recurrent layers over a fixed length") for w in t.get("warnings") or []), \
+        r.stdout + r.stderr
+    r = run_cli("inspect", str(onnx_file), "--soc", "SM8750", "--input", "x=32,1,8")
+    assert "recurrent layers over a fixed length (x[0] = 32)" in r.stdout, r.stdout + r.stderr

@@ -15,9 +15,10 @@ from ..util import cmd
 
 
 def command_digest(argv: list[str], root: Path) -> str:
-    """What an export command runs, by content: every argument that names a file (a script, a config) or a
-    folder, relative to the repository or absolute, and the module after ``-m``, hashed by their bytes; so a
-    changed script exports again instead of the cached graphs being served (and "verified") as before."""
+    """What an export command runs, by content: every argument that names a file (a script, a config), relative
+    to the repository or absolute, and the module after ``-m``, hashed by their bytes; so a changed script
+    exports again instead of the cached graphs being served (and "verified") as before. Folders are not read
+    (an argument ``.`` would hash a virtualenv on every build); the sources are keyed by their sha256 anyway."""
     h = hashlib.sha256()
     for i, arg in enumerate(argv):
         if "{src}" in arg or "{out}" in arg:
@@ -25,11 +26,10 @@ def command_digest(argv: list[str], root: Path) -> str:
         found = _module_file(arg) if i and argv[i - 1] == "-m" else None
         path = found or (Path(arg) if Path(arg).is_absolute() else root / arg)
         try:
-            files = [path] if path.is_file() else sorted(path.rglob("*.py")) if path.is_dir() else []
+            if path.is_file():
+                h.update(f"{i}:{path.name}\0".encode() + path.read_bytes())
         except OSError:
-            files = []
-        for f in files:
-            h.update(f"{i}:{f.relative_to(path) if f != path else f.name}\0".encode() + f.read_bytes())
+            continue
     return h.hexdigest()
 
 

@@ -12,6 +12,7 @@ from ..matrix.plan import Target
 from ..matrix.schema import Model
 from ..prepare.graph import Prepared, generated_inputs_note
 from ..prepare.quantize import QUANT_VERSION, weight_scales
+from ..recipes import recipe_for
 from ..sources.samples import SampleSet
 
 
@@ -73,7 +74,14 @@ def cached(out: Path, store: Path, t: Target, key: str, recipe_check: bool = Fal
 
 
 def verify_digest(m: Model, prep: Prepared, ss: SampleSet | None) -> str:
-    if ss is not None:
+    """What the target is verified on and how: its real samples or generated inputs, and for a model with a
+    recipe the recipe's own check (its settings in the matrix and its version), whose verdict the target's
+    record carries: a tightened limit or new clips judge the chip again, never "cached" on the old verdict."""
+    recipe = recipe_for(m)
+    own = None if recipe is None else {"recipe": recipe.kind, "check": recipe.check_version,
+                                       "verify": m.verify.model_dump(mode="json")}
+    if ss is not None and own is None:
         return ss.digest
     return hashlib.sha256(json.dumps({"generated": generated_inputs_note(prep.input_ranges),
-                                      "seed": m.calibration.seed}).encode()).hexdigest()
+                                      "seed": m.calibration.seed, "samples": ss.digest if ss else None,
+                                      **({"recipe": own} if own else {})}, sort_keys=True).encode()).hexdigest()

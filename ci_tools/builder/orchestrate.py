@@ -148,7 +148,7 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal], jobs: int) 
     report.timings = {
         "total": report.seconds, "prepare": round(run.prepare_seconds, 3),
         "precompile": round(run.precompile_seconds, 3),
-        "compile": round(sum(r.compile_seconds or 0 for r in ordered if r.status == OK), 3),
+        "compile": round(sum(r.compile_seconds or 0 for r in ordered if r.status == OK and not r.compile_reused), 3),
         "emulator": round(sum(r.emulator_seconds_total or 0 for r in ordered if r.status == OK), 3),
         "jobs": jobs,
     }
@@ -315,6 +315,7 @@ class _Run:
             target_id=t.id, model=m.name, graph=t.graph, soc=t.soc, precision=t.precision, options=m.options,
             prepared=prep, backend=self.backend, key=key, out=self.out, store=self.cache / "targets",
             compiled=self.cache / "compiled" / compile_key(t, prep, self.backend, self.sdk, inputs.calibration_hash),
+            reuse_compile=not self.force,
             seed=m.calibration.seed, sample_set=ss, calibration=inputs.calibration,
             calibration_hash=inputs.calibration_hash,
             weight_scales=weight_scales(m.calibration.per_channel) if inputs.calibration_hash else None,

@@ -80,15 +80,19 @@ def _default(value: object) -> str:
 def cli_page(build_parser) -> str:
     import os
 
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width: the same page everywhere
+    # the same page on every machine: argparse wraps usage at the terminal's width (COLUMNS), and some defaults
+    # come from the environment (QNN_SDK_ROOT, GITHUB_REPOSITORY) or the working folder: build the parser with
+    # none of them, from the repository
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update({"COLUMNS": "100", "HOME": saved.get("HOME", "/")})
     try:
+        os.chdir(REPO_ROOT)
         return _cli_page(build_parser())
     finally:
-        if old is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = old
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _cli_page(parser: argparse.ArgumentParser) -> str:

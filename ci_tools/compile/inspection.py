@@ -208,6 +208,7 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
         report["suggested_graph"] = entry
         if prepared is None:
             return report
+        report["notes"] += [n.removeprefix("warning: ") for n in prepared.notes if n.startswith("warning:")]
         report["prepare"] = {"ok": True, "notes": prepared.notes, "outputs": [o.__dict__ for o in prepared.outputs],
                              "parameters": prepared.parameters}
         if samples is not None:

@@ -23,7 +23,7 @@ from ..matrix.schema import Options
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
 from ..util.files import replace_dir, write_json
-from .records import FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
+from .records import CACHED, FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
 FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
 COMPILE_VERSION = 2  # bump when a change here (compile or verification) should rebuild every target
@@ -45,6 +45,7 @@ class TargetSpec:
     # the compile alone, by its own key (``builder.keys.compile_key``): a target judged again (new thresholds,
     # new samples) reuses it, and a target that failed its verification keeps it, never compiled twice
     compiled: Path | None = None
+    reuse_compile: bool = True  # False with --force: compile again (and keep that compile instead)
     seed: int
     calibration: list[dict[str, np.ndarray]] | None
     calibration_hash: str | None
@@ -57,6 +58,15 @@ class TargetSpec:
     # store; the target's folder is written with the recipe's verdict (``finalize``), never before it.
     recipe_check: str | None = None
     sample_set: SampleSet | None = None  # the model's real samples for this graph (streams for a stateful one)
+
+
+def _link_binaries(src: str, dst: str) -> None:
+    """Hard-link the context binaries (large, never written after the compile), copy everything else: a route
+    may rewrite its logs while verifying (qairt's context-binary-utility), which must not reach another copy."""
+    if src.endswith(".bin"):
+        _link_or_copy(src, dst)
+    else:
+        shutil.copy2(src, dst)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -87,7 +97,9 @@ def finalize(src: Path, dest: Path, record: TargetRecord) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
-        write_target(tmp / "t", record)  # a new file (write, then rename): the link to src's target.json goes
+        # a new file (write, then rename): the link to src's target.json goes. "cached" says where this build
+        # found it; the folder says what it is
+        write_target(tmp / "t", record.with_(status=OK) if record.status == CACHED else record)
         replace_dir(tmp / "t", dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -185,10 +197,10 @@ def _compile(spec: TargetSpec, backend, job) -> tuple[object, bool]:
     from .backends import CompileResult
 
     entry = spec.compiled
-    if entry is not None and (entry / COMPILED_FILE).is_file():
+    if entry is not None and spec.reuse_compile and (entry / COMPILED_FILE).is_file():
         try:
             saved = json.loads((entry / COMPILED_FILE).read_text())
-            shutil.copytree(entry, job.out_dir, copy_function=_link_or_copy, dirs_exist_ok=True,
+            shutil.copytree(entry, job.out_dir, copy_function=_link_binaries, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns(COMPILED_FILE))
             here = job.out_dir
             return CompileResult(context_onnx=here / saved["context_onnx"],
@@ -212,7 +224,7 @@ def _keep_compile(entry: Path, folder: Path, result) -> None:
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:12]}.", dir=entry.parent))
     try:
-        shutil.copytree(folder, tmp / "c", copy_function=_link_or_copy)
+        shutil.copytree(folder, tmp / "c", copy_function=_link_binaries)
         write_json(tmp / "c" / COMPILED_FILE, {
             "context_onnx": rel(result.context_onnx), "binaries": [rel(b) for b in result.binaries],
             "sdk_version": result.sdk_version, "seconds": result.seconds, "warnings": list(result.warnings),
@@ -231,7 +243,9 @@ def _compiled(spec: TargetSpec, backend, result, tmp: Path) -> dict:
     size = sum(b.stat().st_size for b in result.binaries)
     prep = spec.prepared
     return {
-        "sdk_version": result.sdk_version, "compile_seconds": round(result.seconds, 3), "warnings": result.warnings,
+        "sdk_version": result.sdk_version, "compile_seconds": round(result.seconds, 3),
+        # the compile's own warnings, and prepare's about what the binary computes (a padded recurrent graph)
+        "warnings": list(result.warnings) + [n for n in prep.notes if n.startswith("warning:")],
         "files": [{"name": str(p.relative_to(tmp)), "size": p.stat().st_size} for p in files],
         "context_onnx": result.context_onnx.name, "binaries": [b.name for b in result.binaries], "size": size,
         # no CPU fallback: every node of the prepared graph runs on HTP

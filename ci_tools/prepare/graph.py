@@ -22,9 +22,10 @@ from ..errors import PrepareError
 from ..matrix.schema import Graph, Model
 from ..util.files import as_if_created, write_json
 from ..util.metrics import Parity, compare, worst
+from .recurrent import padding_warning
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
-PREPARE_VERSION = 5  # bump when the preparation changes what it writes
+PREPARE_VERSION = 6  # bump when the preparation changes what it writes (6: the padded-recurrent warning)
 PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_DATA_ABOVE = 1_800_000_000  # leave room below protobuf's 2 GB for the graph itself
 
@@ -171,7 +172,10 @@ def _rewrite(m, job: _Job, notes: list[str]) -> _Rewritten:
     _fold_constants(m, graph, what)
     constants = _constants_to_initializers(m)  # before the fixes, which read constants as initializers
     _apply_fixes(m, graph, notes)
+    padded = padding_warning(m, graph)  # before the shapes are fixed: which dynamic dimensions get fixed
     _fix_shapes(m, graph, what)
+    if padded:
+        notes.append(padded)
     _forget_dynamic_output_shapes(m)
     cast_inputs = _int64_inputs_to_int32(m, graph)
     if cast_inputs:

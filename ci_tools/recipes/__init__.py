@@ -79,6 +79,7 @@ class Recipe(Protocol):
     recipe implements what it adds and nothing else."""
 
     kind: str  # the matrix's ``verify.kind`` that names it
+    check_version: int = 1  # bump when the recipe's check would judge a chip differently (part of the targets' key)
     pending_note: str = "verified by the recipe once every graph for this chip is built"
     inputs_note: str = "the recipe's own inputs"
     graph_samples: bool = True  # archives carry sample/<graph>/ inputs and outputs (False: the recipe ships its own)

@@ -527,11 +527,10 @@ def _changes(manifest: Manifest, previous: Path | None) -> dict:
         data = json.loads(Path(previous).read_text())
         if data.get("tag", "") is None and not data["assets"]:  # `previous-manifest` found no earlier release
             return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
-        old = {a["name"]: a for a in data["assets"] if a["kind"] == "model"}
-    except (OSError, ValueError, KeyError) as e:
-        raise PackageError(f"{previous}: cannot read the previous manifest: {e}") from None
+        old_by = {(a["model"], a["soc"], a["precision"]): a["sha256"] for a in data["assets"] if a["kind"] == "model"}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PackageError(f"{previous}: cannot read the previous manifest: {type(e).__name__}: {e}") from None
 
-    old_by = {(a["model"], a["soc"], a["precision"]): a["sha256"] for a in old.values()}
     new_by = {(a.model, a.soc, a.precision): a.sha256 for a in manifest.assets if a.kind == "model"}
     return {"added": sorted("/".join(k) for k in new_by.keys() - old_by.keys()),
             "removed": sorted("/".join(k) for k in old_by.keys() - new_by.keys()),

@@ -153,6 +153,18 @@ def _verification(metas: list[Metadata]) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+def _warnings(metas: list[Metadata]) -> list[str]:
+    """What prepare warned of, once per model and graph: a binary that is right about its graph but may not be
+    about what an app feeds it (a padded recurrent graph)."""
+    seen: dict[str, str] = {}
+    for m in metas:
+        for g in m.graphs:
+            for note in g.prepare_notes:
+                if note.startswith("warning:"):
+                    seen.setdefault(f"{m.model.name}/{g.name}: {note.removeprefix('warning: ')}", "")
+    return sorted(seen)
+
+
 def _charts(cells: dict, models: list[str], precisions: list[str], chips: list[str]) -> list[dict]:
     """Per model and precision: binary size, real-device latency and emulator latency per chip."""
     charts = []
@@ -217,7 +229,8 @@ def page_data(manifest: Manifest, metas: dict[str, Metadata], report: BuildRepor
             "commits": sorted({m.toolkit_commit for m in all_metas if m.toolkit_commit}),
             "created": max((m.created or "" for m in all_metas), default="") or None,
             "models": models, "grids": grids, "charts": charts, "failures": failures, "count": count,
-            "verification": _verification(all_metas), "assets": assets, "statuses": STATUS,
+            "verification": _verification(all_metas), "warnings": _warnings(all_metas), "assets": assets,
+            "statuses": STATUS,
             "has_fetch_sh": "qnn-fetch.sh" in files, "device_numbers": manifest.device_numbers}
 
 

@@ -95,7 +95,7 @@ def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patien
                 if r.status_code == 206 and not _starts_at(r, have):
                     part.unlink(missing_ok=True)  # resumed elsewhere than asked: start over
                     raise Transient("the server resumed at another offset")
-                with open(part, "ab" if r.status_code == 206 else "wb") as f:
+                with _open_part(part, "ab" if r.status_code == 206 else "wb") as f:
                     for chunk in _chunks(r):
                         f.write(chunk)
             return
@@ -144,6 +144,16 @@ def downloads_dir(cache: Path | None = None) -> Path:
     from .store import default_cache
 
     return Path(cache) if cache is not None else default_cache() / "downloads"
+
+
+def _open_part(part: Path, mode: str):
+    """The partial download, opened: another run's ``discard`` may have removed the shared downloads folder
+    (empty for a moment) since this run made it; make it again rather than fail."""
+    try:
+        return open(part, mode)
+    except FileNotFoundError:
+        part.parent.mkdir(parents=True, exist_ok=True)
+        return open(part, mode)
 
 
 def discard(path: Path) -> None:

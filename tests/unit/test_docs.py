@@ -64,3 +64,14 @@ def test_the_pages_are_the_same_on_every_checkout():
     for page in (REPO / "docs" / "reference").glob("*.md"):
         absolute = re.findall(r"default `(/[^`]*)`", page.read_text())
         assert not absolute, f"{page.name}: machine paths {absolute}"
+
+
+def test_the_pages_do_not_depend_on_the_environment_or_the_working_folder(monkeypatch, tmp_path):
+    """GitHub Actions sets GITHUB_REPOSITORY, the SDK image QNN_SDK_ROOT; both are defaults of some flags."""
+    from ci_tools.cli.app import build_parser
+
+    monkeypatch.setenv("GITHUB_REPOSITORY", "acme/models")
+    monkeypatch.setenv("QNN_SDK_ROOT", "/opt/qairt/2.40.0.251030")
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.chdir(tmp_path)
+    assert not reference.stale(build_parser)

@@ -22,3 +22,4 @@ def test_a_script_a_config_and_a_module_are_keyed_by_their_bytes(tmp_path):
     assert command_digest(module, tmp_path) != command_digest(["python", "-m", "json.tool"], tmp_path)
     # {src} and {out} are the inputs and the output, keyed elsewhere (the sources' sha256): not read here
     assert command_digest(["python", "{src}/does-not-matter.py"], tmp_path) == command_digest(["python"], tmp_path)
+

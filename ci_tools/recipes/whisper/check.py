@@ -371,8 +371,11 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
         key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
         cached = store / f"{key}.json"
         if cached.is_file() and not check.force:
-            results[(soc, precision)] = ChipResult(**json.loads(cached.read_text()))
-            continue
+            try:
+                results[(soc, precision)] = ChipResult(**json.loads(cached.read_text()))
+                continue
+            except (OSError, ValueError, TypeError):  # unreadable or of another shape: checked again
+                cached.unlink(missing_ok=True)
         if check.from_store:
             results[(soc, precision)] = None
             continue
@@ -445,11 +448,11 @@ def _apply(model, rs: list[TargetRecord], result: ChipResult | str | None, expor
     near_ties, not_near = _near_ties(result) if isinstance(result, ChipResult) else (None, None)
     out = []
     for r in rs:
-        r = r.with_(verify_kind="transcript")
-        if result is None:
+        if result is None:  # not judged (verify_kind unset): the next build that can run the check judges it
             out.append(r.with_(verified=False, verify_note="no transcript verification in the store (--from-store "
                                                            "never runs the emulator)"))
             continue
+        r = r.with_(verify_kind="transcript")
         if isinstance(result, str):
             out.append(_fail(r, VerifyError(f"{r.id}: {result}")))
             continue

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe
+from .check import CHECK_VERSION
 
 PROMPT_STEPS = 4  # the multilingual prompt: <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
 
 
 class WhisperRecipe(Recipe):
     kind = "transcript"
+    check_version = CHECK_VERSION
     pending_note = "verified by transcript once every graph for this chip is built"
     inputs_note = "the model's clips (transcript verification)"
     graph_samples = False  # the archive ships a clip and what the chip transcribed from it

@@ -1,0 +1,32 @@
+"""Issue #34 item 7: a recurrent graph whose time axis the matrix fixes is verified on the padded graph, not on
+what an app gets from padding a shorter input: prepare says so, and the warning travels to the record, the
+archive's metadata, `inspect` and the release page."""
+
+from __future__ import annotations
+
+from ci_tools.matrix.schema import Graph
+from ci_tools.prepare.recurrent import PADDING_WARNING, padding_warning
+from tests import models
+
+
+def test_a_fixed_time_axis_of_a_bidirectional_lstm_is_warned_of(tmp_path):
+    import onnx
+
+    m = onnx.load(str(models.bilstm_tagger(tmp_path / "tagger.onnx")))
+    note = padding_warning(m, Graph(name="main", file="tagger.onnx", inputs={"x": [32, 1, 8]}))
+    assert note.startswith(PADDING_WARNING) and "x[0] = 32" in note and "bidirectional: bilstm" in note
+    # the batch fixed to 1 is not padding; a graph already static there has nothing fixed by the matrix
+    assert padding_warning(m, Graph(name="main", file="tagger.onnx", inputs={})) is None
+    # with sequence_lens the layer knows each input's real length
+    m.graph.node[0].input.append("lens")  # input 4: sequence_lens
+    assert padding_warning(m, Graph(name="main", file="tagger.onnx", inputs={"x": [32, 1, 8]})) is None
+
+
+def test_the_release_page_lists_the_warning_once_per_model_and_graph():
+    from types import SimpleNamespace as NS
+
+    from ci_tools.release.page import _warnings
+
+    graph = NS(name="main", prepare_notes=["int64 inputs now int32", f"{PADDING_WARNING} (x[0] = 32): ..."])
+    metas = [NS(model=NS(name="tagger"), graphs=[graph]) for _ in range(3)]  # three chips, one warning
+    assert _warnings(metas) == ["tagger/main: recurrent layers over a fixed length (x[0] = 32): ..."]
