@@ -451,3 +451,40 @@ def test_latest_and_previous_follow_version_order_not_creation_order(tmp_path):
         assert previous("v1.2.0-rc1") == "v1.1.0"
         assert previous("v1.0.0") is None
         assert json.loads((tmp_path / "prev-v1.0.0.json").read_text())["tag"] is None
+
+
+def test_a_release_over_githubs_asset_limit_is_refused_before_anything_is_uploaded(gh, tmp_path):
+    """GitHub holds at most 1,000 assets per release (issue #33): publish says so up front, not after hundreds of
+    uploads; the stand-in refuses the 1,001st upload as GitHub does."""
+    import hashlib
+    import json
+
+    from ci_tools.errors import PublishError
+
+    folder = make_release(tmp_path / "big", TAG, socs=("SM8750",), payload=10)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for i in range(1000):  # with the model, qnn-libs, notes, SHA256SUMS and manifest: 1,005 files
+        name = f"extra-{i:04d}.tar.bz2"
+        (folder / name).write_bytes(str(i).encode())
+        manifest["assets"].append({"name": name, "kind": "qnn-include", "sdk_version": manifest["sdk_versions"][0],
+                                   "htp_archs": [], "size": len(str(i)),
+                                   "sha256": hashlib.sha256(str(i).encode()).hexdigest()})
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PublishError, match="1005 assets; a GitHub release holds at most 1000"):
+        _publish(gh, folder)
+    assert not gh.state.releases and not gh.state.assets  # nothing created, nothing half-published
+
+    # the stand-in: a release that already holds 1,000 assets refuses the next upload (422)
+    import requests
+
+    headers = {"Authorization": f"Bearer {gh.state.token}", "Accept": "application/vnd.github+json"}
+    rel = requests.post(f"{gh.url}/repos/{REPO}/releases", json={"tag_name": "big", "draft": True},
+                        headers=headers, timeout=10).json()
+    upload = f"{gh.url}/uploads/repos/{REPO}/releases/{rel['id']}/assets"
+    for i in range(1000):
+        r = requests.post(upload, params={"name": f"a{i}"}, data=b"x", timeout=10,
+                          headers={**headers, "Content-Type": "application/octet-stream"})
+        assert r.status_code == 201, r.text
+    r = requests.post(upload, params={"name": "a1000"}, data=b"x", timeout=10,
+                      headers={**headers, "Content-Type": "application/octet-stream"})
+    assert r.status_code == 422 and "at most 1000" in r.text

@@ -18,6 +18,9 @@ from ..sources.store import sha256_file
 from .github import Connection, GitHub
 
 MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
+# GitHub holds at most 1,000 assets per release (community discussion #165616; projects that reach it continue in
+# a second release): more would fail part-way through the uploads, after the compiles
+MAX_ASSETS = 1000
 LAST = ("SHA256SUMS", "manifest.json")  # what download clients read: only once everything else is there
 # published beside the archives when package wrote them: notes, the sh client, the release page
 EXTRAS = (("RELEASE_NOTES.md", "text/markdown"), ("qnn-fetch.sh", "text/x-shellscript"), ("index.html", "text/html"))
@@ -102,6 +105,9 @@ def local_assets(folder: Path) -> tuple[dict, list[tuple[str, Path, str, str]]]:
     for name in LAST:
         files.append((name, folder / name, sha256_file(folder / name),
                       "application/json" if name.endswith(".json") else "text/plain"))
+    if len(files) > MAX_ASSETS:
+        raise PublishError(f"{folder}: {len(files)} assets; a GitHub release holds at most {MAX_ASSETS}",
+                           hint="release fewer models or chips per tag (nothing was uploaded)")
     return manifest, files
 
 

@@ -4,7 +4,10 @@ It follows the documented contract the client relies on: get a PUBLISHED release
 are never returned), list releases and assets with ``Link`` pagination, create/update/delete
 releases, upload to the ``upload_url`` template with Content-Type/Content-Length, 422
 ``already_exists`` for a duplicate asset name, 422 when a second release of a tag is published,
-asset ``digest: "sha256:..."``, rename/delete assets, ``browser_download_url`` for published
+asset ``digest: "sha256:..."``, at most ``MAX_ASSETS`` (1,000) assets per release (GitHub community discussion
+#165616: the 1,001st upload is refused; the answer's shape is GitHub's 422 validation error, its exact text is not
+documented) and an upload of 2 GiB or more refused from its Content-Length (GitHub docs, "About releases": each
+file under 2 GiB), rename/delete assets, ``browser_download_url`` for published
 releases with ``Range``, the asset API URL with ``Accept: application/octet-stream`` answering a
 redirect, and 401 for writes without the token. Faults can be injected per request: 500/502, 429
 and secondary-rate-limit 403 with ``retry-after`` (REFERENCE.md 7), a connection closed before any
@@ -25,6 +28,9 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 from tests.fakes.local_server import LocalServer
+
+MAX_ASSETS = 1000
+MAX_ASSET_BYTES = 2 * 1024**3
 
 
 class State:
@@ -234,9 +240,18 @@ class Handler(BaseHTTPRequestHandler):
                 if "Content-Length" not in self.headers or "Content-Type" not in self.headers:
                     self._read_body()
                     return self._send(400, {"message": "Content-Length and Content-Type are required"})
+                if int(self.headers["Content-Length"]) >= MAX_ASSET_BYTES:
+                    self.close_connection = True  # the body is not read
+                    return self._send(422, {"message": "Validation Failed", "errors": [
+                        {"resource": "ReleaseAsset", "code": "custom", "field": "size",
+                         "message": "size must be less than 2 GiB"}]})
                 data = self._read_body()
                 if rid not in st.releases:
                     return self._send(404, {"message": "Not Found"})
+                if sum(a["release"] == rid for a in st.assets.values()) >= MAX_ASSETS:
+                    return self._send(422, {"message": "Validation Failed", "errors": [
+                        {"resource": "ReleaseAsset", "code": "custom",
+                         "message": f"a release holds at most {MAX_ASSETS} assets"}]})
                 if any(a["release"] == rid and a["name"] == name for a in st.assets.values()):
                     return self._send(422, {"message": "Validation Failed", "errors": [
                         {"resource": "ReleaseAsset", "code": "already_exists", "field": "name"}]})
