@@ -16,35 +16,37 @@ from ..recipes import recipe_for
 from ..sources.samples import SampleSet
 
 
+def _compile_spec(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> dict:
+    """Everything the compile of ``t`` depends on. The target's identity too: a renamed model, or another model
+    with the same graph, is its own target (its record names it), never the old one served under the new name."""
+    spec = {"v": COMPILE_VERSION, "target": [t.id, t.model.name, t.graph], "prepared": prepared.sha256,
+            "backend": backend, "sdk": sdk,
+            "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
+            "options": t.model.options.model_dump(mode="json"), "calibration": calib}
+    if calib:
+        spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
+        spec["quantizer"] = QUANT_VERSION
+    return spec
+
+
+def _digest(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
 def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None,
                verify: str | None = None) -> str:
     """``verify``: a digest of what the target is verified on (its real samples, or how its inputs are
     generated): new samples re-verify it, never "cached" on the old inputs."""
-    # the target's identity too: a renamed model, or another model with the same graph, is its own target (its
-    # record names it), never the old one served under the new folder name
-    spec = {"v": COMPILE_VERSION, "target": [t.id, t.model.name, t.graph], "prepared": prepared.sha256,
-            "backend": backend, "sdk": sdk,
-            "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb], "precision": t.precision,
-            "options": t.model.options.model_dump(mode="json"), "calibration": calib, "verify": verify}
-    if calib:
-        spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
-        spec["quantizer"] = QUANT_VERSION
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    return _digest({**_compile_spec(t, prepared, backend, sdk, calib), "verify": verify})
 
 
 def compile_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
     """What the compile alone depends on: the target's key without what it is verified on and how it is judged
     (``options.verify``), so a new threshold or new samples judge the same binaries again, never compile them
     again (a 3-layer LSTM compiles for half an hour)."""
-    options = t.model.options.model_dump(mode="json")
-    options.pop("verify", None)
-    spec = {"v": COMPILE_VERSION, "target": [t.id, t.model.name, t.graph], "prepared": prepared.sha256,
-            "backend": backend, "sdk": sdk, "soc": [t.soc.name, t.soc.soc_model, t.soc.htp_arch, t.soc.vtcm_mb],
-            "precision": t.precision, "options": options, "calibration": calib}
-    if calib:
-        spec["weight_scales"] = weight_scales(t.model.calibration.per_channel)
-        spec["quantizer"] = QUANT_VERSION
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    spec = _compile_spec(t, prepared, backend, sdk, calib)
+    spec["options"].pop("verify", None)
+    return _digest(spec)
 
 
 def _finished(folder: Path, key: str) -> TargetRecord | None:

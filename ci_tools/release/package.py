@@ -30,6 +30,7 @@ from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
+from ..util.validation import first_error
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
 from .manifest import LibsAsset, Manifest, ModelAsset
@@ -437,9 +438,8 @@ def _asset(cls: type, /, **values):
     try:
         return cls(**values)
     except pydantic.ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        raise PackageError(f"manifest.json would break its schema at {'.'.join(map(str, err['loc']))}: "
-                           f"{err['msg']}") from None
+        where, msg = first_error(e)
+        raise PackageError(f"manifest.json would break its schema at {where}: {msg}") from None
 
 
 def _licence(loaded: LoadedMatrix, model: Model, meta: Metadata) -> bytes:
@@ -461,9 +461,8 @@ def _metadata(fields: dict) -> Metadata:
     try:
         return Metadata.model_validate(fields)
     except pydantic.ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise PackageError(f"metadata.json would be invalid at {where}: {err['msg']}",
+        where, msg = first_error(e)
+        raise PackageError(f"metadata.json would be invalid at {where}: {msg}",
                            hint="on-device numbers must be plain numbers or strings") from None
 
 

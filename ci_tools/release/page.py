@@ -26,6 +26,7 @@ from ..errors import PackageError
 from ..paths import TEMPLATES
 from ..sources.store import sha256_file
 from ..util.files import write_atomic
+from ..util.validation import first_error
 from .manifest import PRECISION_ORDER, Manifest, ModelAsset
 from .metadata import Metadata, TranscriptNumbers
 
@@ -260,9 +261,8 @@ def read_metadata(archive: Path) -> Metadata:
                     return Metadata.model_validate(json.load(tar.extractfile(m)))
     except (tarfile.TarError, OSError, ValueError) as e:
         if isinstance(e, pydantic.ValidationError):
-            err = e.errors(include_url=False)[0]
-            raise PackageError(f"{archive}: its metadata.json is not one this version reads (at "
-                               f"{'.'.join(map(str, err['loc']))}: {err['msg']})",
+            where, msg = first_error(e)
+            raise PackageError(f"{archive}: its metadata.json is not one this version reads (at {where}: {msg})",
                                hint="package the release again with this qnn-release") from None
         raise PackageError(f"{archive}: cannot read its metadata.json: {e}") from None
     raise PackageError(f"{archive}: no metadata.json in it")
@@ -298,6 +298,6 @@ def _read_manifest(path: Path) -> Manifest:
     except OSError as e:
         raise PackageError(f"{path}: cannot read it: {e.strerror or e}") from None
     except pydantic.ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        raise PackageError(f"{path}: not a manifest this version reads (at {'.'.join(map(str, err['loc']))}: "
-                           f"{err['msg']})", hint="package the release again with this qnn-release") from None
+        where, msg = first_error(e)
+        raise PackageError(f"{path}: not a manifest this version reads (at {where}: {msg})",
+                           hint="package the release again with this qnn-release") from None

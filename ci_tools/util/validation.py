@@ -148,6 +148,13 @@ def _tag_of(t: Any) -> Any:
     return None
 
 
+def first_error(e: Any) -> tuple[str, str]:
+    """A pydantic ValidationError's first error as (its dotted place, its message): how a file this version
+    cannot read, or a value that would break its schema, is said in one line."""
+    err = e.errors(include_url=False)[0]
+    return ".".join(map(str, err["loc"])), err["msg"]
+
+
 def did_you_mean(word: str, choices: typing.Iterable[str]) -> str | None:
     match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'?" if match else None
