@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendUnavailable, CompileError, PackageError
+from ..util import isolated
 from ..util.quiet import redirect_fds
 from .ep_log import log_errors, qnn_error_hint, unsupported_from_log
 
@@ -128,19 +129,16 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
     With ``log``, the EP's messages go there and a failure names their cause: the nodes the EP
     calls unsupported (``CompileError.rejected``) or its first error line.
     """
-    ort, _ = _ort()
+    _ort()  # BackendUnavailable here, in one line, not in the helper
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=out_dir))
     try:
-        so = session_options(allow_cpu_fallback=allow_cpu_fallback, options=options,
-                             context_path=scratch / f"{stem}_ctx.onnx")
-        if log is not None:
-            so.log_severity_level = 2
-        try:
-            with native_log(log):
-                ort.InferenceSession(str(model), sess_options=so)
-        except Exception as e:  # onnxruntime raises its own untyped errors
-            err = CompileError(_first_line(e))
+        # in the helper process: minutes of native work that SIGTERM/Ctrl-C must be able to stop
+        failure = isolated.call(_compile_here, str(model), options, str(scratch / f"{stem}_ctx.onnx"),
+                                allow_cpu_fallback, str(log) if log is not None else None,
+                                what=f"compiling {model.name} for soc_model {options.get('soc_model', '?')}")
+        if failure is not None:
+            err = CompileError(failure)
             if log is not None and log.is_file():
                 text = log.read_text(errors="replace")
                 err.rejected = unsupported_from_log(text)
@@ -149,7 +147,7 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
                 if causes and not err.rejected:
                     err.message = f"{err.message.rstrip(':. ')}; QNN EP: {'; '.join(causes[:2])[:500]}"
             err.hint = err.hint or qnn_error_hint(err.message)
-            raise err from None
+            raise err
         ctx, bins = scratch / f"{stem}_ctx.onnx", sorted(scratch.glob("*.bin"))
         if not ctx.exists() or not bins:
             raise CompileError(f"the QNN EP wrote no context binary for {model.name}")
@@ -159,6 +157,21 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
         return out_dir / ctx.name, final_bin
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _compile_here(model: str, options: dict, context_path: str, allow_cpu_fallback: bool,
+                  log: str | None) -> str | None:
+    """The compile itself (run in the helper process): None, or the first line of what onnxruntime raised."""
+    ort, _ = _ort()
+    so = session_options(allow_cpu_fallback=allow_cpu_fallback, options=options, context_path=Path(context_path))
+    if log is not None:
+        so.log_severity_level = 2
+    try:
+        with native_log(Path(log) if log is not None else None):
+            ort.InferenceSession(model, sess_options=so)
+    except Exception as e:  # onnxruntime raises its own untyped errors
+        return _first_line(e)
+    return None
 
 
 def cpu_nodes_when_falling_back(model: Path, options: dict) -> list[tuple[str, str]]:

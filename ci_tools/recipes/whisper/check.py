@@ -9,13 +9,12 @@ transcribes every clip once per model. Results are cached by the targets' keys a
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-import multiprocessing
 import os
 import re
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from ...compile.records import FAILED, GENERATED, REAL, TargetRecord
 from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
+from ...util.isolated import stoppable, worker_pool
 from ...util.metrics import compare, worst
 from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
@@ -417,10 +417,9 @@ def _run(pending: list[ChipJob], jobs: int, progress, model: str):
         for job in pending:
             yield job, _safe(job)
         return
-    # spawn: the QNN EP and onnxruntime do not survive fork() with threads running
-    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=multiprocessing.get_context("spawn")) \
-            as pool:
-        yield from zip(pending, pool.map(_safe, pending))
+    # spawned (the QNN EP does not survive fork()), and stopped at once on an interrupt
+    with worker_pool(min(jobs, len(pending))) as pool:
+        yield from zip(pending, pool.map(stoppable, itertools.repeat(_safe), pending))
 
 
 def _safe(job: ChipJob) -> ChipResult | str:
