@@ -278,3 +278,59 @@ def bilstm_tagger(path: Path, hidden: int = 4, features: int = 8, seed: int = 1)
     g = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", 1, features])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 2, 1, hidden])], [w, r, b])
     return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def embedding_tagger(path: Path, vocab: int = 50, dim: int = 32, hidden: int = 24, steps: int = 7,
+                     seed: int = 0) -> Path:
+    """Token ids [T, 1] -> an embedding -> a bidirectional LSTM -> class logits [1, T, 5]: the shape of a text
+    tagger that ``quantize_dynamic`` turns into an int8 Gather, a DynamicQuantizeLSTM and a MatMulInteger."""
+    rng = np.random.default_rng(seed)
+    arrays = {"emb": rng.standard_normal((vocab, dim)), "W": rng.standard_normal((2, 4 * hidden, dim)) * 0.2,
+              "R": rng.standard_normal((2, 4 * hidden, hidden)) * 0.2, "B": rng.standard_normal((2, 8 * hidden)) * 0.1,
+              "Wo": rng.standard_normal((2 * hidden, 5)) * 0.3}
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()]
+    inits.append(numpy_helper.from_array(np.array([1, steps, 2 * hidden], np.int64), "shape"))
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"], axis=0),
+             helper.make_node("Transpose", ["e"], ["x"], perm=[1, 0, 2]),
+             helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional"),
+             helper.make_node("Transpose", ["y"], ["yt"], perm=[2, 0, 1, 3]),
+             helper.make_node("Reshape", ["yt", "shape"], ["y2"]),
+             helper.make_node("MatMul", ["y2", "Wo"], ["logits"])]
+    g = helper.make_graph(nodes, "tagger", [helper.make_tensor_value_info("ids", TensorProto.INT64, [steps, 1])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, steps, 5])], inits)
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def upsampling_decoder(path: Path, channels: int = 8, length: int = 20, seed: int = 0) -> Path:
+    """[1, C, 1, T] -> Conv -> Relu -> a depthwise ConvTranspose (kernel [1, 3], stride [1, 2], pads [0, 1, 0, 1],
+    output_padding [0, 1]: a speech-enhancement decoder's upsampling, which HTP computes wrongly) -> Conv -> Tanh."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n) for n, s in
+             [("w_in", (c, c, 1, 1)), ("w_up", (c, 1, 1, 3)), ("b_up", (c,)), ("w_out", (c, c, 1, 1))]]
+    nodes = [helper.make_node("Conv", ["x", "w_in"], ["h"], name="conv_in"),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+             helper.make_node("ConvTranspose", ["hr", "w_up", "b_up"], ["u"], name="up", group=c,
+                              kernel_shape=[1, 3], strides=[1, 2], pads=[0, 1, 0, 1], output_padding=[0, 1]),
+             helper.make_node("Conv", ["u", "w_out"], ["o"], name="conv_out"),
+             helper.make_node("Tanh", ["o"], ["y"], name="tanh")]
+    g = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 1, length])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 1, 2 * length])], inits)
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def feature_rnn(path: Path, features: int = 8, hidden: int = 16, seed: int = 2) -> Path:
+    """One step of a stateful model over feature frames: feat [1, F] and state [1, H] -> state_out =
+    tanh(feat Wx + state Wh), prob = sigmoid(state_out Wo) [1, 1]; an app feeds state_out back as state."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * k).astype(np.float32), n) for n, s, k in
+             [("Wx", (features, hidden), 0.5), ("Wh", (hidden, hidden), 0.4), ("Wo", (hidden, 1), 0.8)]]
+    nodes = [helper.make_node("MatMul", ["feat", "Wx"], ["a"]), helper.make_node("MatMul", ["state", "Wh"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Tanh", ["s"], ["state_out"]),
+             helper.make_node("MatMul", ["state_out", "Wo"], ["logit"]),
+             helper.make_node("Sigmoid", ["logit"], ["prob"])]
+    g = helper.make_graph(nodes, "rnn", [helper.make_tensor_value_info("feat", TensorProto.FLOAT, [1, features]),
+                                         helper.make_tensor_value_info("state", TensorProto.FLOAT, [1, hidden])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1]),
+                           helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [1, hidden])], inits)
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci_tools.compile.htp_quirks import PROBES, run_probe, same
+from ci_tools.compile.htp_quirks import LAYER_PROBES, PROBES, run_layer_probe, run_probe, same
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -61,3 +61,15 @@ def test_the_probe_table_is_a_command():
     r = run_cli("probes")
     assert r.returncode == 0 and all(p.name in r.stdout for p in PROBES)
     assert "Pow(-0.0, 2.0): HTP -4.000000476837158, IEEE 0.0" in r.stdout and "[seen on QNN 2.51.0]" in r.stdout
+
+
+@pytest.mark.parametrize("probe", LAYER_PROBES, ids=[p.name for p in LAYER_PROBES])
+def test_a_layer_htp_computes_wrongly_and_its_declared_fix(probe):
+    """The layer is still wrong on HTP (a QNN that fixes it is noticed) and the graph its declared fix writes
+    agrees with CPU on the emulator."""
+    from ci_tools.compile import qnn_ep
+
+    wrong = run_layer_probe(probe, soc_model=69, htp_arch=79)
+    fixed = run_layer_probe(probe, soc_model=69, htp_arch=79, fixed=True)
+    assert wrong < 0.5, f"QNN {qnn_ep.qnn_version()} now computes {probe.name} right (cosine {wrong}): update the table"
+    assert fixed > 0.9999, f"{probe.fix}: cosine {fixed} on HTP"

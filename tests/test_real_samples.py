@@ -199,3 +199,62 @@ def test_slices_name_an_output_of_the_model(tmp_path):
     r = run_cli("build", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(tmp_path / "dist"))
     t = json.loads((tmp_path / "dist" / "build-report.json").read_text())["targets"][0]
     assert r.returncode != 0 and "options.slices: no graph has the output 'nope'" in t["error"]
+
+
+@pytest.mark.emulator
+def test_feature_streams_run_many_steps_and_each_graph_takes_its_own_samples(tmp_path):
+    """A stateful model over feature frames: one .npz per stream, the features [steps, 1, F], the carried state left
+    out; every step runs with the state the previous one gave, and the drift at each stream's end is judged. The
+    same model's other graph (a plain MLP) takes its own samples from a second entry."""
+    pytest.importorskip("onnxruntime_qnn")
+    (tmp_path / "models").mkdir()
+    models.feature_rnn(tmp_path / "models" / "rnn.onnx")
+    models.mlp(tmp_path / "models" / "head.onnx", dynamic_batch=False)
+    rng = np.random.default_rng(5)
+    (tmp_path / "feats").mkdir()
+    for i in range(2):
+        np.savez(tmp_path / "feats" / f"utt{i}.npz", feat=rng.standard_normal((30, 1, 8)).astype(np.float32))
+    (tmp_path / "xs").mkdir()
+    for i in range(2):  # the MLP takes x [1, 32]
+        np.savez(tmp_path / "xs" / f"s{i}.npz", x=rng.uniform(-1, 1, (1, 32)).astype(np.float32))
+    from ci_tools.sources.store import sha256_file
+
+    parts = [{"kind": "path", "path": f"models/{f}", "sha256": sha256_file(tmp_path / "models" / f)}
+             for f in ("rnn.onnx", "head.onnx")]
+    model = path_model(tmp_path, "kws", tmp_path / "models" / "rnn.onnx", chips=["SM8750"], graphs=[
+        {"name": "step", "file": "rnn.onnx"}, {"name": "head", "file": "head.onnx"}])
+    model["source"] = {"kind": "parts", "sources": parts}
+    feats = _path_samples(tmp_path, ["feats/utt0.npz", "feats/utt1.npz"])
+    model["samples"] = [{**feats, "graphs": ["step"], "description": "log-mel frames",
+                         "stream": {"carry": {"state_out": "state"}, "range": {"prob": [0, 1]},
+                                    "max_drift": {"state_out": 0.05}}},
+                        {**_path_samples(tmp_path, ["xs/s0.npz", "xs/s1.npz"]), "graphs": ["head"],
+                         "description": "head inputs"}]
+    matrix = write_matrix(tmp_path, [model])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--matrix", str(matrix), "--out", str(out),
+                env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    targets = {t["graph"]: t for t in json.loads((out / "build-report.json").read_text())["targets"]}
+    step, head = targets["step"], targets["head"]
+    assert step["verified_on"] == head["verified_on"] == "real-samples"
+    assert step["verify_samples"] == 60 and "2 streams, 60 steps" in step["verify_inputs"], step["verify_inputs"]
+    assert "log-mel frames" in step["verify_inputs"] and "head inputs" in head["verify_inputs"]
+    assert step["per_output"]["state_out"]["state_drift"] > 0  # judged after 30 steps, not after one
+    assert head["verify_samples"] == 2
+
+
+def test_a_samples_list_names_each_entrys_graphs_once(tmp_path):
+    from ci_tools.matrix.schema import load_matrix
+
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    _npz_samples(tmp_path / "xs", scale=1.0, n=1)
+    block = _path_samples(tmp_path, ["xs/s0.npz"])
+    for samples, wanted in (([block], "each entry of a samples list names the graphs it feeds"),
+                            ([{**block, "graphs": ["main"]}, {**block, "graphs": ["main"]}],
+                             "graph 'main' is fed by samples[0] already"),
+                            ([{**block, "graphs": ["mian"]}], "the model has no graph 'mian'")):
+        matrix = write_matrix(tmp_path, [{**path_model(tmp_path, "m", f, chips=["SM8750"]), "samples": samples}])
+        with pytest.raises(ConfigError, match=wanted.replace("[", r"\[")):
+            load_matrix(matrix)

@@ -45,9 +45,9 @@ def unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | No
     if not preps:
         return None
     outputs = {o.name for p in preps.values() for o in p.outputs}
-    stream = m.samples.stream if m.samples is not None else None
-    judged_whole = [*(m.samples.argmax if m.samples is not None else [])] + (
-        [*stream.decisions, *stream.range, *stream.carry] if stream is not None else [])
+    blocks = m.sample_blocks()
+    judged_whole = [name for b in blocks for name in [*b.argmax, *(
+        [*b.stream.decisions, *b.stream.range, *b.stream.carry] if b.stream is not None else [])]]
     for name in m.options.slices:
         if name not in outputs and len(preps) == len(m.graphs):
             return ConfigError(f"{m.name}: options.slices: no graph has the output '{name}'",
@@ -55,20 +55,22 @@ def unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | No
         if name in judged_whole:
             return ConfigError(f"{m.name}: options.slices.{name}: the output is also judged whole (samples.argmax or "
                                "samples.stream names it)", hint="judge it whole or by slices, not both")
-    if m.samples is None:
-        return None
-    for name in m.samples.argmax:
-        if name not in outputs and len(preps) == len(m.graphs):
-            return ConfigError(f"{m.name}: samples.argmax: no graph has the output '{name}'",
-                               hint=f"outputs: {', '.join(sorted(outputs))}")
-    if any(graph_uses(m.samples, g, [i.name for i in p.inputs]) for g, p in preps.items()):
-        return None
-    fe = m.samples.front_end
-    names = sorted({i.name for p in preps.values() for i in p.inputs})
-    return ConfigError(f"{m.name}: samples feed no graph: "
-                       + (f"samples.graphs {m.samples.graphs} names none of {sorted(preps)}" if m.samples.graphs
-                          else f"no graph has the input '{fe.input}' (samples.front_end.input)"),
-                       hint=f"the graphs' inputs: {', '.join(names)}")
+    for b in blocks:
+        for name in b.argmax:
+            if name not in outputs and len(preps) == len(m.graphs):
+                return ConfigError(f"{m.name}: samples.argmax: no graph has the output '{name}'",
+                                   hint=f"outputs: {', '.join(sorted(outputs))}")
+        if any(graph_uses(b, g, [i.name for i in p.inputs]) for g, p in preps.items()):
+            continue
+        if b.graphs and not set(b.graphs) & set(preps):
+            continue  # its graphs are not built in this run
+        fe = b.front_end
+        names = sorted({i.name for p in preps.values() for i in p.inputs})
+        return ConfigError(f"{m.name}: samples feed no graph: "
+                           + (f"samples.graphs {b.graphs} names none of {sorted(preps)}" if b.graphs
+                              else f"no graph has the input '{fe.input}' (samples.front_end.input)"),
+                           hint=f"the graphs' inputs: {', '.join(names)}")
+    return None
 
 
 def fp16_range_gate(m: Model, prep: Prepared, ss: SampleSet) -> QnnReleaseError | None:

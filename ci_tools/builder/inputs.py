@@ -17,9 +17,12 @@ from ..sources.store import SourceStore, sha256_file
 def sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepared) -> SampleSet | None:
     """The graph's real samples: the model's ``samples`` (pinned files, front end), or the older
     ``calibration.path`` folder of .npz files in the repository."""
-    if m.samples is not None:
-        files = store._fetch(m, m.samples.source)
+    block = m.samples_for(prep.graph, [t.name for t in prep.inputs])
+    if block is not None:
+        files = store._fetch(m, block.source)
         return make_samples(m, prep.graph, prep.inputs, files, prep.outputs)
+    if m.samples is not None:
+        return None  # the model's samples feed its other graphs
     if m.calibration.path and recipe_for(m) is None:
         folder = (loaded.root / m.calibration.path).resolve()
         feeds = load_calibration(folder, prep.inputs)[:8]  # verify on 8 at most (the emulator's time)

@@ -174,6 +174,42 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """The first node of a graph whose output HTP computes unlike CPU, on one sample (exit 7 when one does)."""
+    from ..catalog.socs import UnknownSocError, load_catalog
+    from ..compile.bisect import bisect, sample_feed
+    from ..compile.verify import DEFAULT_THRESHOLDS
+    from ..errors import UsageError, VerifyError
+    from ..util.table import table
+
+    if not args.model.is_file():
+        raise UsageError(f"{args.model}: no such file", hint="give the prepared graph (a failed target's error names "
+                         "it) or any .onnx file with static shapes")
+    try:
+        soc = load_catalog().lookup(args.soc)
+    except UnknownSocError as e:
+        raise UsageError(f"--soc: {e.message}", hint=e.hint) from None
+    precision = "w8a16" if args.quantized else "fp16"
+    feed, sample = sample_feed(args.model, args.sample)
+    th = DEFAULT_THRESHOLDS[precision]
+    if args.min_cosine is not None:
+        th = th.model_copy(update={"min_cosine": args.min_cosine})
+    b = bisect(args.model, feed, soc, th, sample=sample, quantized=args.quantized, budget=args.budget)
+    if args.json:
+        print(json.dumps({**b.as_dict(), "numbers": b.numbers}, indent=2))
+    else:
+        rows = [(t, f"{n['cosine']:.6f}", f"{n['snr_db']:.1f}", f"{n['max_abs']:.4g}",
+                 "ok" if n["passed"] else "DIFFERS") for t, n in b.numbers.items()]
+        print(table(["intermediate", "cosine", "SNR dB", "max abs", ""], rows))
+        print(f"{soc.name}, {precision}, {b.compiles} probe compile(s), {b.probed} of {b.candidates} intermediates "
+              f"probed on {b.sample}")
+        print(b.line())
+    if b.first is not None:
+        raise VerifyError(f"{args.model.name}: HTP leaves CPU at {b.first['node']} ({b.first['op']}) on {soc.name}",
+                          hint=b.fix or "split the graph before that node to run it elsewhere, or rewrite it")
+    return 0
+
+
 def cmd_image(args: argparse.Namespace) -> int:
     from ..matrix.schema import load_matrix
     from ..sdk.image import image
@@ -201,12 +237,14 @@ def cmd_image(args: argparse.Namespace) -> int:
 def cmd_probes(args: argparse.Namespace) -> int:
     """HTP's special values: the table (what rests on it), or each probe run on the emulator against it."""
     from ..catalog.socs import load_catalog
-    from ..compile.htp_quirks import PROBES, run_probe, same
+    from ..compile.htp_quirks import LAYER_PROBES, PROBES, run_layer_probe, run_probe, same
     from ..errors import VerifyError
 
     if not args.run:
         for p in PROBES:
             print(f"{p.name:20} {p.describe()} [seen on QNN {p.seen_on}]")
+        for lp in LAYER_PROBES:
+            print(f"{lp.name:20} {lp.describe()} [seen on QNN {lp.seen_on}]")
         return 0
     from ..compile import qnn_ep
 
@@ -218,10 +256,16 @@ def cmd_probes(args: argparse.Namespace) -> int:
         print(f"{p.name:20} {'as in the table' if ok else 'CHANGED'}: HTP gives {got!r} (table: {p.htp!r}, "
               f"seen on QNN {p.seen_on})")
         changed += [] if ok else [p.name]
+    for lp in LAYER_PROBES:
+        wrong, fixed = (run_layer_probe(lp, chip.soc_model, chip.htp_arch, fixed=f) for f in (False, True))
+        ok = wrong < 0.5 and fixed > 0.9999
+        print(f"{lp.name:20} {'as in the table' if ok else 'CHANGED'}: cosine {wrong:.4f} against CPU, "
+              f"{fixed:.7f} with {lp.fix} (table: {lp.wrong}, seen on QNN {lp.seen_on})")
+        changed += [] if ok else [lp.name]
     if changed:
         raise VerifyError(f"QNN {qnn_ep.qnn_version()} on {chip.name}: {len(changed)} probe(s) differ from the table: "
                           f"{', '.join(changed)}", hint="update ci_tools/compile/htp_quirks.py and the rewrites "
-                          "and hints that rest on it (prepare's Pow rewrite, the range check)")
+                          "and hints that rest on it (prepare's Pow rewrite, the range check, the declared fixes)")
     print(f"QNN {qnn_ep.qnn_version()} on {chip.name}: every probe as in the table")
     return 0
 
@@ -309,6 +353,22 @@ def _new_model_and_image_commands(sub) -> None:
                    "the SDK private: not anonymously pullable, and not created by a public repository's workflow "
                    "(env: GITHUB_TOKEN, GITHUB_ACTOR, GITHUB_REPOSITORY, REPO_VISIBILITY)")
     p.set_defaults(func=cmd_image)
+
+    p = sub.add_parser("bisect", help="where HTP goes wrong: the first node whose output leaves CPU's on a sample "
+                       "(every parity failure of the ort route runs it too)")
+    p.add_argument("model", type=Path, help="the graph, with static shapes (a failed target's error names its "
+                   "prepared graph and sample)")
+    p.add_argument("--soc", default="SM8750", help="the chip (default SM8750)")
+    p.add_argument("--sample", type=Path, help="an .npz with one array per input (default: generated inputs, "
+                   "said as such)")
+    p.add_argument("--quantized", action="store_true", help="the graph is a QDQ graph (w8a16/int8): probe its "
+                   "activations")
+    p.add_argument("--budget", type=int, default=48, help="intermediates per probe compile (default 48; 3 compiles "
+                   "at most)")
+    p.add_argument("--min-cosine", type=float, help="where an intermediate counts as leaving CPU's (default: the "
+                   "precision's threshold)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("probes", help="HTP's special values (Pow of -0, Sqrt of negatives, output ulps): the table, "
                        "or --run each on the HTP emulator and compare")

@@ -30,6 +30,7 @@ _DATA_SIZED = ("its output size depends on the input values; HTP needs every sha
                "move it out of the graph (post-processing on CPU), or pad to a fixed size in the export")
 CAUSES: dict[str, tuple[str, str]] = {
     "DynamicQuantizeLinear": _DYNAMIC_QUANT, "MatMulInteger": _DYNAMIC_QUANT, "ConvInteger": _DYNAMIC_QUANT,
+    "DynamicQuantizeLSTM": _DYNAMIC_QUANT,
     "QLinearMatMul": _DYNAMIC_QUANT, "QLinearConv": _DYNAMIC_QUANT,
     "If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW,
     "NonZero": _DATA_SIZED, "Unique": _DATA_SIZED, "NonMaxSuppression": _DATA_SIZED, "Compress": _DATA_SIZED,
@@ -42,6 +43,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     "RandomNormalLike": ("random ops have no HTP kernel", "feed the noise as an input"),
     "RandomUniformLike": ("random ops have no HTP kernel", "feed the noise as an input"),
     "STFT": ("no HTP kernel for STFT", "compute features on CPU and feed them, or write the DFT as a MatMul"),
+    "Einsum": ("the QNN EP has no Einsum kernel",
+               "declare `fixes: [einsum]` on the graph: prepare writes a two-operand Einsum that is a (batched) "
+               "matrix product (a grouped linear layer, an attention score) as Transpose/Reshape/MatMul"),
 }
 _CONTRIB = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer optimizer: HTP runs the standard "
             "ops it was fused from",
@@ -50,6 +54,14 @@ _CONTRIB = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer 
 _CONTRIB_ONLY = ("an ONNX Runtime contrib op (com.microsoft) made by its transformer optimizer, with no "
                  "un-fuse rewrite here",
                  "export the model without ONNX Runtime's transformer optimizer (the plain ONNX export)")
+_QUANTIZED_FUSED = ("an ONNX Runtime contrib op that is fused (transformer optimizer) and dynamically quantized "
+                    "(quantize_dynamic) at once: int8 weights inside an op only ONNX Runtime runs, with no rewrite "
+                    "here",
+                    "start from the float model (before quantize_dynamic and the optimizer), or declare "
+                    "`fixes: [unfuse-contrib]` on the float export; qnn-release quantizes it itself (w8a16/int8)")
+QUANTIZED_FUSED_OPS = ("QAttention", "QEmbedLayerNormalization", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+                       "QGemm", "QOrderedAttention", "QOrderedMatMul")
+CAUSES.update({op: _QUANTIZED_FUSED for op in QUANTIZED_FUSED_OPS})
 CAUSES.update({op: _CONTRIB for op in ("FastGelu", "QuickGelu", "BiasGelu", "SkipLayerNormalization",
                                        "SkipSimplifiedLayerNormalization", "Attention", "EmbedLayerNormalization")})
 CAUSES.update({op: _CONTRIB_ONLY for op in ("MultiHeadAttention", "FusedMatMul", "BiasSoftmax", "BiasAdd",
@@ -103,15 +115,24 @@ def source_kind(m) -> list[dict]:
     from collections import Counter
 
     ops = Counter(n.op_type for n in m.graph.node)
-    contrib = Counter(n.op_type for n in m.graph.node if n.domain == "com.microsoft")
+    dynamic_ops = ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM",
+                   *QUANTIZED_FUSED_OPS)
+    contrib = Counter(n.op_type for n in m.graph.node if n.domain == "com.microsoft" and n.op_type not in dynamic_ops)
     kinds = []
-    dynamic = {k: ops[k] for k in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger") if ops[k]}
+    dynamic = {k: ops[k] for k in dynamic_ops if ops[k]}
+    embeddings = _int8_embeddings(m)
+    if embeddings:
+        dynamic["Gather of an int8 table"] = embeddings
     if dynamic:
         kinds.append({"kind": "dynamically quantized", "ops": dynamic,
                       "means": "int8 weights, activations quantized at run time (ONNX Runtime's quantize_dynamic): "
                       "HTP has no run-time quantization; start from the float model, or declare "
-                      "`fixes: [dequantize]` (prepare writes each MatMulInteger back as a float MatMul), then "
-                      "build fp16, or w8a16/int8 calibrated by qnn-release"})
+                      "`fixes: [dequantize]` (prepare writes each MatMulInteger back as a float MatMul, each "
+                      "DynamicQuantizeLSTM as an LSTM, each int8 embedding as a float one), then build fp16, or "
+                      "w8a16/int8 calibrated by qnn-release"
+                      + ("; its fused and quantized ops (" + ", ".join(o for o in QUANTIZED_FUSED_OPS if ops[o])
+                         + ") have no rewrite: start from the float export" if any(ops[o] for o in QUANTIZED_FUSED_OPS)
+                         else "")})
     elif ops["QuantizeLinear"] or ops["DequantizeLinear"]:
         kinds.append({"kind": "statically quantized (QDQ)",
                       "ops": {k: ops[k] for k in ("QuantizeLinear", "DequantizeLinear")},
@@ -124,6 +145,15 @@ def source_kind(m) -> list[dict]:
                       "EmbedLayerNormalization, Attention, SkipLayerNormalization, FastGelu, QuickGelu, Gelu and "
                       "BiasGelu back as standard ops, or export without the optimizer"})
     return kinds
+
+
+def _int8_embeddings(m) -> int:
+    """Gathers from a constant 8-bit table whose rows a DequantizeLinear makes float (a dynamically quantized
+    embedding): the Gather then runs on integers HTP only takes inside a quantized graph."""
+    consts = {i.name: i.data_type for i in m.graph.initializer}
+    users = {i for n in m.graph.node if n.op_type == "DequantizeLinear" for i in n.input[:1]}
+    return sum(1 for n in m.graph.node if n.op_type == "Gather" and consts.get(n.input[0]) in (2, 3)
+               and n.output[0] in users)
 
 
 def _named_in_error(message: str) -> list[tuple[str, str]]:

@@ -75,3 +75,73 @@ def run_probe(probe: Probe, soc_model: int, htp_arch: int) -> float:
 
 def same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+
+
+@dataclass(frozen=True)
+class LayerProbe:
+    """A layer HTP computes wrongly for some attributes (not a special value): one-layer graphs, compared with
+    CPU by cosine on random data; ``wrong`` the cosine it gave, ``right`` the declared fix's graph."""
+
+    name: str
+    op: str
+    attrs: dict
+    channels: int
+    length: int
+    wrong: float
+    seen_on: str
+    effect: str
+    fix: str
+
+    def describe(self) -> str:
+        return f"{self.op}({self.attrs}): cosine {self.wrong} against CPU ({self.effect}; fix: {self.fix})"
+
+    def model(self, fixed: bool = False):
+        from onnx import TensorProto, helper, numpy_helper
+
+        c, t = self.channels, self.length
+        group = self.attrs.get("group", 1)
+        k = self.attrs["kernel_shape"]
+        w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((c, c // group, *k)) * 0.3)
+                                    .astype(np.float32), "w")
+        node = helper.make_node(self.op, ["x", "w"], ["y"], name=f"probe_{self.name}", **self.attrs)
+        g = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 1, t])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        if fixed:
+            from ..prepare.convtranspose import output_padding_as_pads
+
+            output_padding_as_pads(m)
+        return m
+
+
+LAYER_PROBES = [
+    # a speech-enhancement decoder's upsampling layer: HTP's output cosine 0.21-0.39 inside the model, values
+    # within +-0.28 (no overflow); the same layer without output_padding, or with 2 channels per group, agrees
+    LayerProbe("depthwise-convtranspose-output-padding", "ConvTranspose",
+               {"group": 16, "kernel_shape": [1, 3], "strides": [1, 2], "pads": [0, 1, 0, 1], "output_padding": [0, 1]},
+               16, 20, 0.007, "2.51.0", "a depthwise ConvTranspose with output_padding computes another tensor",
+               "fixes: [convtranspose-output-padding]"),
+]
+
+
+def run_layer_probe(probe: LayerProbe, soc_model: int, htp_arch: int, fixed: bool = False) -> float:
+    """The cosine of HTP's answer (fp16, on the emulator) against CPU's for the probe's layer (``fixed``: the
+    graph its declared fix writes)."""
+    import onnx
+    import onnxruntime as ort_cpu
+
+    from ..util.metrics import compare
+    from . import qnn_ep
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.onnx"
+        onnx.save(probe.model(fixed), str(src))
+        x = {"x": np.random.default_rng(1).standard_normal((1, probe.channels, 1, probe.length)).astype(np.float32)}
+        ref = ort_cpu.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, x)[0]
+        options = qnn_ep.htp_options(soc_model, htp_arch, fp16=True)
+        ctx, _ = qnn_ep.compile_context(src, Path(tmp), "probe", options, log=Path(tmp) / "compile.log")
+        ort, _ = qnn_ep._ort()
+        so = qnn_ep.session_options(allow_cpu_fallback=False, options=options)
+        with qnn_ep.native_log(Path(tmp) / "run.log"):
+            got = ort.InferenceSession(str(ctx), sess_options=so).run(None, x)[0]
+    return float(compare(ref, got).cosine)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..catalog.socs import Soc
-from ..errors import QnnReleaseError
+from ..errors import QnnReleaseError, VerifyError
 from ..matrix.schema import Options
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
@@ -326,5 +326,44 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     reference = run_cpu(spec.prepared.path, feeds)
     how = Judging(precision=spec.precision, inputs_note=inputs_note, argmax=ss.argmax if ss is not None else None,
                   slices=spec.options.slices)
-    v = check(spec.target_id, names, reference, outputs, th, emu_seconds, sample_names, how)
+    try:
+        v = check(spec.target_id, names, reference, outputs, th, emu_seconds, sample_names, how)
+    except VerifyError as e:
+        bisect_failure(spec, job, result, e, dict(zip(sample_names, feeds)), th)
+        raise
     return v, emu_seconds * len(feeds)
+
+
+BISECT_WITHIN_SECONDS = 900.0  # a parity failure is bisected when its probe compiles (3 at most) fit in this
+
+
+def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thresholds) -> None:
+    """A parity failure, bisected on its worst sample (the embedded route's emulator): the first node whose
+    output leaves CPU's goes into the error (the record and the page) with its numbers, the known quirk and the
+    declared fix; the sample and the command that repeats it are kept with the failed target."""
+    from .bisect import ROUNDS, bisect
+
+    details = e.details or {}
+    worst = (details.get("per_output") or {}).get(details.get("worst_output") or "", {})
+    sample = worst.get("sample") if worst.get("sample") in feeds else next(iter(feeds), None)
+    graph = spec.precompiled if spec.precision != "fp16" else spec.prepared.path
+    if spec.backend != "ort" or sample is None or graph is None:
+        return
+    folder = job.out_dir / "bisect"
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "sample.npz", **feeds[sample])
+    again = (f"qnn-release bisect {graph} --soc {spec.soc.name} --sample {folder / 'sample.npz'}"
+             + (" --quantized" if spec.precision != "fp16" else ""))
+    if result.seconds * ROUNDS > BISECT_WITHIN_SECONDS:
+        e.message += f"; not bisected (its compile took {result.seconds:.0f} s): `{again}` finds the node"
+        return
+    try:
+        b = bisect(graph, feeds[sample], spec.soc, thresholds, sample=sample, quantized=spec.precision != "fp16")
+    except Exception as x:  # the failure stands as it is; the hunt is extra
+        e.message += f"; bisect could not run: {str(x).splitlines()[0][:200]}"
+        return
+    write_json(folder / "bisect.json", b.as_dict())
+    e.message += f"; {b.line()}"
+    if b.first is not None:  # the node is named: what to do about it, not the generic precision hint
+        e.hint = (f"{b.fix}; " if b.fix else "") + f"repeat the hunt: `{again}`"
+    e.details = {**details, "bisect": b.as_dict(), "bisect_again": again}

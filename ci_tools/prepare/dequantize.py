@@ -171,3 +171,81 @@ def dequantize_dynamic(m) -> int:
             kept = alive
         _set_nodes(m, kept)
     return done
+
+
+def _per_direction(a, dirs: int, gates: int) -> np.ndarray:
+    """A DynamicQuantizeLSTM scale or zero point ([dirs] per direction, or [dirs, gates] per channel) shaped to
+    broadcast over its weight [dirs, in, gates]."""
+    a = np.asarray(a, dtype=np.float64)
+    return a.reshape(dirs, 1, gates) if a.size == dirs * gates and gates != 1 else a.reshape(-1, 1, 1)
+
+
+def dequantize_lstm(m) -> int:
+    """ONNX Runtime's ``com.microsoft.DynamicQuantizeLSTM`` (what ``quantize_dynamic`` makes of an LSTM) back to
+    the standard ``LSTM``: its int8 weights W [dirs, input, 4*hidden] and R [dirs, hidden, 4*hidden] (transposed
+    against LSTM's [dirs, 4*hidden, input]) are ``(q - zero_point) * scale`` per direction or per output channel
+    (the contrib op's documented inputs 8-11), with the same gate order and attributes. The LSTMs rewritten."""
+    from onnx import helper, numpy_helper
+
+    consts, nodes, _, _ = _index(m)
+    done, kept = 0, []
+    for n in nodes:
+        if n.op_type != "DynamicQuantizeLSTM" or n.domain != "com.microsoft":
+            kept.append(n)
+            continue
+        ins = list(n.input) + [""] * (12 - len(n.input))
+        needed = [ins[1], ins[2], ins[8], ins[9], ins[10], ins[11]]
+        if any(x not in consts for x in needed):
+            kept.append(n)  # weights computed at run time: not a quantize_dynamic export
+            continue
+        w_q, r_q, w_s, w_z, r_s, r_z = (numpy_helper.to_array(consts[x]).astype(np.float64) for x in needed)
+        dirs, gates = w_q.shape[0], w_q.shape[2]
+        w = ((w_q - _per_direction(w_z, dirs, gates)) * _per_direction(w_s, dirs, gates)).transpose(0, 2, 1)
+        r = ((r_q - _per_direction(r_z, dirs, gates)) * _per_direction(r_s, dirs, gates)).transpose(0, 2, 1)
+        base = n.name or n.output[0]
+        m.graph.initializer.extend([numpy_helper.from_array(w.astype(np.float32), f"{base}_W_float"),
+                                    numpy_helper.from_array(r.astype(np.float32), f"{base}_R_float")])
+        inputs = [ins[0], f"{base}_W_float", f"{base}_R_float", *ins[3:8]]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        lstm = helper.make_node("LSTM", inputs, list(n.output), name=f"{base}_float")
+        lstm.attribute.extend(a for a in n.attribute)
+        kept.append(lstm)
+        done += 1
+    if done:
+        _set_nodes(m, kept)
+    return done
+
+
+def dequantize_gathers(m) -> int:
+    """An int8 embedding (``quantize_dynamic`` on a Gather): ``Gather(table_q, ids) -> DequantizeLinear(scale,
+    zero_point)`` is ``Gather((table_q - zero_point) * scale, ids)`` element for element, since a Gather only
+    picks rows; written so with the float table. Per tensor, or per axis on a table axis the Gather keeps.
+    The embeddings rewritten."""
+    from onnx import helper, numpy_helper
+
+    consts, nodes, made, users = _index(m)
+    swap, drop, done = {}, set(), 0
+    for dq in nodes:
+        g = made.get(dq.input[0]) if dq.op_type == "DequantizeLinear" else None
+        if g is None or g.op_type != "Gather" or g.input[0] not in consts or len(users.get(g.output[0], [])) != 1 \
+                or any(x not in consts for x in dq.input[1:] if x):
+            continue
+        table = numpy_helper.to_array(consts[g.input[0]]).astype(np.float64)
+        scale = numpy_helper.to_array(consts[dq.input[1]]).astype(np.float64)
+        zp = numpy_helper.to_array(consts[dq.input[2]]).astype(np.float64) if len(dq.input) > 2 and dq.input[2] \
+            else np.zeros_like(scale)
+        if scale.size > 1:  # per axis: only the last axis, and only where it is the table's last axis too
+            g_axis = next((a.i for a in g.attribute if a.name == "axis"), 0) % table.ndim
+            axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+            if axis != -1 or g_axis == table.ndim - 1 or scale.size != table.shape[-1]:
+                continue
+        name = f"{g.input[0]}_float"
+        m.graph.initializer.append(numpy_helper.from_array(((table - zp) * scale).astype(np.float32), name))
+        swap[id(g)] = helper.make_node("Gather", [name, g.input[1]], [dq.output[0]], name=f"{g.name or name}_float",
+                                       axis=next((a.i for a in g.attribute if a.name == "axis"), 0))
+        drop.add(id(dq))
+        done += 1
+    if done:
+        _set_nodes(m, [swap.get(id(n), n) for n in nodes if id(n) not in drop])
+    return done

@@ -176,6 +176,7 @@ def _rewrite(m, job: _Job, notes: list[str]) -> _Rewritten:
     _fix_shapes(m, graph, what)
     if padded:
         notes.append(padded)
+    _apply_shaped_fixes(m, graph, notes)
     _forget_dynamic_output_shapes(m)
     cast_inputs = _int64_inputs_to_int32(m, graph)
     if cast_inputs:
@@ -273,19 +274,45 @@ def _apply_fixes(m, graph: Graph, notes: list[str]) -> None:
         n = _clip_to_max_min(m)
         notes.append(f"fix clip-to-max-min: {n} Clip node(s) with run-time or infinite bounds now Max/Min")
     if "dequantize" in graph.fixes:
-        from .dequantize import dequantize, dequantize_dynamic
+        from .dequantize import dequantize, dequantize_dynamic, dequantize_gathers, dequantize_lstm
 
         folded, pairs = dequantize(m)
-        dynamic = dequantize_dynamic(m)
+        embeddings, lstms, dynamic = dequantize_gathers(m), dequantize_lstm(m), dequantize_dynamic(m)
         notes.append(f"fix dequantize: {folded} quantized weight(s) now float, {pairs} activation Q/DQ pair(s) "
-                     f"now a Clip at their saturation bounds, {dynamic} dynamically quantized MatMul(s) float "
-                     "again (the float graph the source was quantized from, up to its rounding)")
+                     f"now a Clip at their saturation bounds, {dynamic} dynamically quantized MatMul(s), {lstms} "
+                     f"DynamicQuantizeLSTM(s) and {embeddings} int8 embedding(s) float again (the float graph the "
+                     "source was quantized from, up to its rounding)")
+    if "convtranspose-output-padding" in graph.fixes:
+        from .convtranspose import output_padding_as_pads
+
+        notes.append(f"fix convtranspose-output-padding: {output_padding_as_pads(m)} ConvTranspose(s) with "
+                     "output_padding now cut by smaller end pads (or padded after), the same tensor")
     if "unfuse-contrib" in graph.fixes:
         from .unfuse import unfuse
 
         counts = unfuse(m, f"{graph.name}")
         notes.append("fix unfuse-contrib: " + (", ".join(f"{op} x{k}" for op, k in counts.items()) or "nothing to do")
                      + " rewritten as standard ONNX ops (their documented formulas)")
+
+
+def _apply_shaped_fixes(m, graph: Graph, notes: list[str]) -> None:
+    """The fixes that need every shape (after the inputs are fixed), and the warnings of what HTP is known to
+    compute wrongly where its fix is not declared."""
+    if "einsum" in graph.fixes:
+        from .einsum import einsum_as_matmul
+
+        done, left = einsum_as_matmul(m)
+        notes.append(f"fix einsum: {done} Einsum(s) now Transpose/Reshape/MatMul"
+                     + (f"; {left} left as they were (not a two-operand matrix product with known shapes)"
+                        if left else ""))
+    from .convtranspose import wrong_on_htp
+
+    wrong = wrong_on_htp(m)
+    if wrong:
+        notes.append(f"warning: HTP computes a depthwise ConvTranspose with output_padding wrongly (probe "
+                     f"depthwise-convtranspose-output-padding: cosine 0.007 against CPU): {', '.join(wrong[:3])}"
+                     f"{' ...' if len(wrong) > 3 else ''}; declare `fixes: [convtranspose-output-padding]` on the "
+                     "graph (the same tensor, written as end padding HTP computes right)")
 
 
 def _clip_to_max_min(m) -> int:

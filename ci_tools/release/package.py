@@ -424,7 +424,8 @@ def verification(model: Model, target: TargetRecord) -> dict | None:
         return own
     v = verdict(target)
     real = v == REAL
-    source = (model.calibration.path if model.samples is None else model.samples.description) if real else \
+    block = next((b for b in model.sample_blocks() if b.graphs is None or target.graph in b.graphs), None)
+    source = (model.calibration.path if block is None else block.description) if real else \
         f"seed {model.calibration.seed}"
     return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
             "description": target.verify_inputs, "files": (target.samples or {}).get("files"),

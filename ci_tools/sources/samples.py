@@ -58,15 +58,13 @@ class SampleSet:
 
 
 def graph_uses(samples: Samples, graph: str, input_names: list[str]) -> bool:
-    if samples.graphs is not None:
-        return graph in samples.graphs
-    return samples.front_end.kind == "npz" or samples.front_end.input in input_names
+    return samples.feeds(graph, input_names)
 
 
 def make_samples(model: Model, graph: str, inputs, files: dict[str, Path], outputs=None) -> SampleSet | None:
     """``inputs``/``outputs``: the prepared graph's TensorInfo lists; ``files``: sample name -> verified blob."""
-    s = model.samples
-    if s is None or not graph_uses(s, graph, [t.name for t in inputs]):
+    s = model.samples_for(graph, [t.name for t in inputs])
+    if s is None:
         return None
     what = f"{model.name}: samples"
     by_name = {t.name: t for t in inputs}
@@ -97,6 +95,8 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path], outpu
             steps = _audio_steps(fe, path, name, by_name, what)
         elif fe.kind == "image":
             steps = [_image_feed(fe, path, name, by_name, what, box) for box in fe.crops.get(name, [None])]
+        elif s.stream is not None:
+            steps = _npz_steps(path, name, inputs, set(s.stream.carry.values()), what)
         else:
             steps = [_npz_feed(path, name, inputs, what)]
         if s.stream is not None:
@@ -267,6 +267,41 @@ def _npz_feed(path: Path, name: str, inputs, what: str) -> dict[str, np.ndarray]
                               f"the graph takes {t.shape}")
         feed[t.name] = arrays[t.name].astype(np.dtype(t.dtype))
     return feed
+
+
+def _npz_steps(path: Path, name: str, inputs, carried: set[str], what: str) -> list[dict[str, np.ndarray]]:
+    """A stream from one .npz: arrays [steps, *shape] give each step its value, arrays shaped as the input are
+    fed at every step, and a carried input left out starts at zeros (run_stream feeds it after that)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{what}: {name} is not a readable .npz: {e}") from None
+    per_step, counts = {}, set()
+    for t in inputs:
+        a = arrays.get(t.name)
+        if a is None:
+            if t.name in carried:
+                per_step[t.name] = None
+                continue
+            raise ConfigError(f"{what}: {name} has no array for input '{t.name}'", hint=f"arrays: {', '.join(arrays)}")
+        if list(a.shape) == list(t.shape):
+            per_step[t.name] = a
+        elif list(a.shape[1:]) == list(t.shape) and a.shape[0] > 0:
+            per_step[t.name] = a
+            counts.add(a.shape[0])
+        else:
+            raise ConfigError(f"{what}: {name}: input {t.name} has shape {list(a.shape)}; the graph takes {t.shape} "
+                              f"(one step) or [steps, {', '.join(map(str, t.shape))}] (a stream)")
+    if len(counts) > 1:
+        raise ConfigError(f"{what}: {name}: the stepped arrays have different step counts ({sorted(counts)})",
+                          hint="every array with a leading steps axis needs the same number of steps")
+    steps = counts.pop() if counts else 1
+    dtype = {t.name: np.dtype(t.dtype) for t in inputs}
+    shape = {t.name: t.shape for t in inputs}
+    return [{k: (np.zeros(shape[k], dtype[k]) if a is None else
+                 (a[i] if list(a.shape) != list(shape[k]) else a).astype(dtype[k]))
+             for k, a in per_step.items()} for i in range(steps)]
 
 
 def run_stream(run_step, steps: list[dict[str, np.ndarray]], carry: dict[str, str], output_names: list[str]

@@ -147,18 +147,65 @@ class SourceStore:
     def _fetch_parts(self, model: Model, src: PartsSource) -> dict[str, Path]:
         """Files of several pinned sources; ``join`` files are their parts concatenated, pinned as a whole."""
         joined = {name: self._cached(j.sha256, _join_key(src, name)) for name, j in src.join.items()}
+        unpacked = {name: self._cached(u.sha256, _unpack_key(src, name)) for name, u in src.unpack.items()}
         files: dict[str, Path] = {}
         for sub in src.sources:
-            # a part whose joined file is already in the store need not be fetched again
-            names = [n for n in _names(sub) if not any(n in j.parts and joined[t] for t, j in src.join.items())]
+            # a part whose joined file, or an archive whose members, are already in the store need not be fetched
+            names = [n for n in _names(sub) if not any(n in j.parts and joined[t] for t, j in src.join.items())
+                     and not (any(u.archive == n for u in src.unpack.values())
+                              and all(unpacked[t] for t, u in src.unpack.items() if u.archive == n))]
             if names:
                 files.update(self._fetch(model, sub))
         for name, j in src.join.items():
-            if joined[name] is None:
+            if joined[name] is None and (name in src.file_names() or not all(
+                    unpacked[t] for t, u in src.unpack.items() if u.archive == name)):
                 joined[name] = self._named(self._join(name, j.parts, [files[p] for p in j.parts], j.sha256),
                                            j.sha256, _join_key(src, name))
-        parts = {p for j in src.join.values() for p in j.parts}
-        return {**{n: p for n, p in files.items() if n not in parts}, **joined}
+        files = {**files, **{n: p for n, p in joined.items() if p is not None}}
+        for name, u in src.unpack.items():
+            if unpacked[name] is None:
+                unpacked[name] = self._named(self._unpack(name, u, files[u.archive]), u.sha256, _unpack_key(src, name))
+        keep = set(src.file_names())
+        return {n: p for n, p in {**files, **unpacked}.items() if n in keep}
+
+    def _unpack(self, name: str, u, archive: Path) -> Path:
+        """One regular file of an archive, read by its name (nothing else is extracted), checked against its pin."""
+        import tarfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "member"
+            try:
+                if u.archive.lower().endswith(".zip"):
+                    with zipfile.ZipFile(archive) as zf:
+                        members = zf.namelist()
+                        info = zf.getinfo(u.member)
+                        if info.is_dir():
+                            raise KeyError(u.member)
+                        with zf.open(info) as f, open(out, "wb") as g:
+                            shutil.copyfileobj(f, g, CHUNK)
+                else:
+                    with tarfile.open(archive) as tf:
+                        members = tf.getnames()
+                        info = tf.getmember(u.member)
+                        f = tf.extractfile(info) if info.isfile() else None  # no link, device or folder
+                        if f is None:
+                            raise KeyError(u.member)
+                        with f, open(out, "wb") as g:
+                            shutil.copyfileobj(f, g, CHUNK)
+            except KeyError:
+                from ..util.validation import did_you_mean
+
+                raise SourceError(f"{name}: {u.archive} has no regular file '{u.member}'",
+                                  hint=did_you_mean(u.member, members) or f"its members: "
+                                  f"{', '.join(members[:8])}{' ...' if len(members) > 8 else ''}") from None
+            except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as e:
+                raise SourceError(f"{name}: {u.archive} is not a readable archive: {str(e)[:200]}") from None
+            got = sha256_file(out)
+            if got != u.sha256:
+                raise SourceError(f"{name}: {u.archive}:{u.member} has sha256 {got[:16]}..., not the pin "
+                                  f"{u.sha256[:16]}...", hint="the archive matched its own pin: check the member's "
+                                  "pin (sha256sum of the extracted file)")
+            return self._store(out, u.sha256, f"{u.archive}:{u.member}")
 
     def _join(self, name: str, parts: list[str], paths: list[Path], sha: str) -> Path:
         self.blobs.mkdir(parents=True, exist_ok=True)
@@ -355,6 +402,14 @@ def _join_key(src: PartsSource, name: str) -> str:
     """What names a joined file: its parts, each by what names it in its own source."""
     where = {n: _name_key(sub, n) for sub in src.sources for n in _names(sub)}
     return "join " + " + ".join(where.get(p, f"? {p}") for p in src.join[name].parts)
+
+
+def _unpack_key(src: PartsSource, name: str) -> str:
+    """What names an unpacked member: its archive (by what names that) and its path inside."""
+    u = src.unpack[name]
+    where = {n: _name_key(sub, n) for sub in src.sources for n in _names(sub)}
+    archive = where.get(u.archive) or (_join_key(src, u.archive) if u.archive in src.join else f"? {u.archive}")
+    return f"unpack {archive} {u.member}"
 
 
 def _names(src) -> list[str]:

@@ -227,11 +227,48 @@ def test_a_dynamically_quantized_source_becomes_float_again_with_fixes_dequantiz
     (prep,) = _prepare(write_matrix(tmp_path, [model]), tmp_path / "cache", name="d")
     ops = Counter(n.op_type for n in onnx.load(str(prep.path)).graph.node)
     assert not {"DynamicQuantizeLinear", "MatMulInteger"} & set(ops) and ops["MatMul"] + ops["Gemm"] == 2, ops
-    assert any("2 dynamically quantized MatMul(s) float again" in n for n in prep.notes), prep.notes
+    assert any("2 dynamically quantized MatMul(s), 0 DynamicQuantizeLSTM(s)" in n for n in prep.notes), prep.notes
     x = {"x": np.random.default_rng(2).uniform(-1, 1, (1, 32)).astype(np.float32)}
     a = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, x)[0]
     b = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"]).run(None, x)[0]
     assert np.allclose(a, b, atol=0.05 * np.abs(a).max())
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_dynamically_quantized_lstm_and_embedding_become_float_again_with_fixes_dequantize(tmp_path, per_channel):
+    """quantize_dynamic on a text tagger makes its embedding an int8 Gather -> DequantizeLinear and its LSTM a
+    com.microsoft DynamicQuantizeLSTM (int8 weights, transposed): `fixes: [dequantize]` writes the float Gather
+    and the standard LSTM back (no integer op left), and the graph answers as the float one on CPU."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from ci_tools.compile.doctor import source_kind
+
+    (tmp_path / "models").mkdir()
+    f = models.embedding_tagger(tmp_path / "float.onnx")
+    dyn = tmp_path / "models" / "dyn.onnx"
+    quantize_dynamic(str(f), str(dyn), op_types_to_quantize=["Gather", "LSTM", "MatMul"],
+                     weight_type=QuantType.QInt8, per_channel=per_channel)
+    before = Counter(n.op_type for n in onnx.load(str(dyn)).graph.node)
+    assert before["DynamicQuantizeLSTM"] == 1 and before["MatMulInteger"] == 1, before
+    (kind,) = source_kind(onnx.load(str(dyn)))
+    assert kind["kind"] == "dynamically quantized" and kind["ops"]["DynamicQuantizeLSTM"] == 1
+    assert kind["ops"]["Gather of an int8 table"] == 1 and "DynamicQuantizeLSTM as an LSTM" in kind["means"]
+    model = path_model(tmp_path, "t", dyn, graphs=[{"name": "main", "file": "dyn.onnx", "fixes": ["dequantize"],
+                                                    "inputs": {"ids": {"shape": [7, 1], "range": [0, 49]}}}],
+                       chips=["SM8750"], options={"prepare_min_cosine": 0.99})
+    (prep,) = _prepare(write_matrix(tmp_path, [model]), tmp_path / "cache", name="t")
+    graph = onnx.load(str(prep.path)).graph
+    ops = Counter(n.op_type for n in graph.node)
+    assert not {"DynamicQuantizeLSTM", "DynamicQuantizeLinear", "MatMulInteger", "DequantizeLinear"} & set(ops), ops
+    assert ops["LSTM"] == 1 and all(i.data_type == onnx.TensorProto.FLOAT for i in graph.initializer
+                                    if len(i.dims) > 1), "an integer weight is left"
+    assert any("1 DynamicQuantizeLSTM(s) and 1 int8 embedding(s) float again" in n for n in prep.notes), prep.notes
+    ids = {"ids": np.random.default_rng(3).integers(0, 50, (7, 1)).astype(np.int64)}
+    a = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, ids)[0]
+    feeds = {"ids": ids["ids"].astype(prep.inputs[0].dtype)}  # prepare makes int64 inputs int32 for HTP
+    b = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    cos = float(np.dot(a.ravel(), b.ravel()) / np.linalg.norm(a) / np.linalg.norm(b))
+    assert cos > 0.99 and (a.argmax(-1) == b.argmax(-1)).mean() >= 0.8, cos
 
 
 def test_dequantize_keeps_what_a_subgraph_reads_from_outside():
@@ -259,3 +296,25 @@ def test_dequantize_keeps_what_a_subgraph_reads_from_outside():
     out = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"cond": np.array(True)})[0]
     assert out.tolist() == [2.5, 3.5]
+
+
+def test_a_dynamically_quantized_fused_bert_is_called_quantized_not_only_fused(tmp_path):
+    """quantize_dynamic on a BERT the transformer optimizer fused gives QAttention and QEmbedLayerNormalization:
+    what the build and inspect say names the quantization (and that no rewrite takes those ops), not only the
+    fusion."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from ci_tools.compile.doctor import CAUSES, Diagnosis, source_kind
+
+    f = models.fused_bert(tmp_path / "bert.onnx")
+    q = tmp_path / "bert_q.onnx"
+    quantize_dynamic(str(f), str(q), weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    kinds = {k["kind"]: k for k in source_kind(onnx.load(str(q)))}
+    dyn = kinds["dynamically quantized"]
+    assert dyn["ops"]["QAttention"] == 1 and dyn["ops"]["QEmbedLayerNormalization"] == 1
+    assert "QAttention, QEmbedLayerNormalization) have no rewrite" in dyn["means"]
+    assert "QAttention" not in kinds["fused by ONNX Runtime's transformer optimizer"]["ops"]
+    d = Diagnosis(rejected=[("QAttention", "attn"), ("MatMulInteger", "mm")])
+    assert all("dynamically quantized" in c["reason"] for c in d.causes()), d.causes()
+    assert "dynamically quantized" in CAUSES["DynamicQuantizeLSTM"][0]

@@ -1,0 +1,138 @@
+"""Declared graph fixes that rewrite a layer HTP rejects or computes wrongly: each gives the same tensor as the
+layer it replaces on CPU (real ONNX Runtime), over the cases its docstring claims, and leaves the rest alone."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ci_tools.prepare.convtranspose import output_padding_as_pads, wrong_on_htp
+from ci_tools.prepare.einsum import einsum_as_matmul
+
+
+def _run(m, feeds):
+    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _einsum(eq: str, a_shape, b_shape, b_const: bool):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape))]
+    inits = [numpy_helper.from_array(b, "b")] if b_const else []
+    if not b_const:
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape)))
+    g = helper.make_graph([helper.make_node("Einsum", ["a", "b"], ["y"], equation=eq)], "g", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    feeds = {"a": a} if b_const else {"a": a, "b": b}
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), feeds
+
+
+@pytest.mark.parametrize(("eq", "a", "b", "const"), [
+    ("btgi,gio->btgo", (2, 5, 3, 4), (3, 4, 6), True),  # a grouped linear layer
+    ("bij,bjk->bik", (2, 3, 4), (2, 4, 5), False),
+    ("bhqd,bhkd->bhqk", (1, 2, 3, 8), (1, 2, 5, 8), False),  # attention scores
+    ("nd,hd->nh", (7, 4), (3, 4), True),  # a linear layer with the weight as stored
+    ("ij,jk->ki", (3, 4), (4, 2), True),  # output transposed
+    ("bij,jk->bik", (2, 3, 4), (4, 6), True),
+])
+def test_a_matmul_shaped_einsum_becomes_transpose_reshape_matmul(eq, a, b, const):
+    m, feeds = _einsum(eq, a, b, const)
+    want = _run(m, feeds)
+    assert einsum_as_matmul(m) == (1, 0)
+    ops = Counter(n.op_type for n in m.graph.node)
+    assert "Einsum" not in ops and ops["MatMul"] == 1, ops
+    np.testing.assert_allclose(_run(m, feeds), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eq", ["ij,ij->i", "ii,ij->j", "...ij,...jk->...ik"])
+def test_an_einsum_that_is_no_matrix_product_is_left_as_it_was(eq):
+    shapes = {"ij,ij->i": ((3, 4), (3, 4)), "ii,ij->j": ((3, 3), (3, 4)), "...ij,...jk->...ik": ((2, 3, 4), (2, 4, 5))}
+    m, _ = _einsum(eq, *shapes[eq], True)
+    if eq == "ij,ij->i":  # an elementwise product summed over j: j in both inputs, i in both and out: batch
+        assert einsum_as_matmul(m)[0] == 1
+        return
+    assert einsum_as_matmul(m) == (0, 1)
+    assert [n.op_type for n in m.graph.node] == ["Einsum"]
+
+
+def _convtranspose(group: int, pads, out_pad, bias: bool, channels: int = 4, k=(1, 3), strides=(1, 2)):
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((channels, channels // group, *k)).astype(np.float32), "w")]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "bias"))
+        ins.append("bias")
+    node = helper.make_node("ConvTranspose", ins, ["y"], name="up", group=group, kernel_shape=list(k),
+                            strides=list(strides), pads=list(pads), output_padding=list(out_pad))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 1, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("pads", "out_pad", "bias"), [
+    ((0, 1, 0, 1), (0, 1), False),  # the decoder's layer: output_padding within the end pad
+    ((0, 1, 0, 1), (0, 1), True),
+    ((0, 0, 0, 0), (0, 1), True),  # past the full result: bias only there
+    ((0, 0, 0, 0), (0, 1), False),
+])
+def test_output_padding_becomes_end_padding_with_the_same_tensor(pads, out_pad, bias):
+    m = _convtranspose(group=4, pads=pads, out_pad=out_pad, bias=bias)
+    assert wrong_on_htp(m) == ["up"]
+    x = {"x": np.random.default_rng(2).standard_normal((1, 4, 1, 9)).astype(np.float32)}
+    want = _run(m, x)
+    assert output_padding_as_pads(m) == 1
+    assert wrong_on_htp(m) == []
+    assert all(not any(a.ints) for n in m.graph.node for a in n.attribute if a.name == "output_padding")
+    got = _run(m, x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_only_a_depthwise_convtranspose_with_output_padding_is_called_wrong():
+    assert wrong_on_htp(_convtranspose(group=1, pads=(0, 1, 0, 1), out_pad=(0, 1), bias=False)) == []
+    assert wrong_on_htp(_convtranspose(group=4, pads=(0, 1, 0, 1), out_pad=(0, 0), bias=False)) == []
+
+
+def test_prepare_applies_the_declared_fixes_and_warns_of_a_layer_htp_computes_wrongly(tmp_path):
+    """A decoder's depthwise ConvTranspose with output_padding: without its fix prepare warns (the record and the
+    page carry prepare's warnings) and names the fix; declared, the layer is rewritten and the warning goes. A
+    grouped linear Einsum over a dynamic time axis is rewritten once the matrix fixes the length."""
+    from tests.conftest import path_model, write_matrix
+    from tests.models import save
+    from tests.test_prepare import _prepare
+
+    (tmp_path / "models").mkdir()
+    m = _convtranspose(group=4, pads=(0, 1, 0, 1), out_pad=(0, 1), bias=True)
+    rng = np.random.default_rng(4)
+    m.graph.initializer.append(numpy_helper.from_array(rng.standard_normal((4, 5, 3)).astype(np.float32), "wg"))
+    m.graph.node.extend([helper.make_node("Reshape", ["y", "shape"], ["yg"]),
+                         helper.make_node("Einsum", ["yg", "wg"], ["z"], equation="btgi,gio->btgo")])
+    m.graph.initializer.append(numpy_helper.from_array(np.array([1, -1, 4, 5], np.int64), "shape"))
+    m.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "T"
+    del m.graph.output[:]
+    m.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, "U", 4, 3]))
+    src = save(m, tmp_path / "models" / "dec.onnx")
+    notes = {}
+    for fixes in ([], ["convtranspose-output-padding", "einsum"]):
+        model = path_model(tmp_path, "dec", src, graphs=[{"name": "main", "file": "dec.onnx", "fixes": fixes,
+                                                          "inputs": {"x": [1, 4, 1, 10]}}], chips=["SM8750"])
+        (prep,) = _prepare(write_matrix(tmp_path, [model]), tmp_path / f"cache{len(fixes)}", name="dec")
+        notes[len(fixes)] = prep.notes
+        ops = Counter(n.op_type for n in onnx_load(prep.path).graph.node)
+        assert ("Einsum" in ops) == (not fixes), ops
+    warned = [n for n in notes[0] if "computes a depthwise ConvTranspose with output_padding wrongly" in n]
+    assert warned and warned[0].startswith("warning:") and "fixes: [convtranspose-output-padding]" in warned[0]
+    assert not any("wrongly" in n for n in notes[2]), notes[2]
+    assert any(n.startswith("fix convtranspose-output-padding: 1 ConvTranspose") for n in notes[2])
+    assert any(n.startswith("fix einsum: 1 Einsum(s) now") for n in notes[2])
+
+
+def onnx_load(path):
+    import onnx
+
+    return onnx.load(str(path))
