@@ -8,7 +8,8 @@
 #
 #   sh qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL --soc SM8750-AC --dest DIR
 #
-# It reads the release's manifest.json, resolves the chip from any spelling the catalog knows
+# It reads the release's manifest.json (version 2: an archive in a linked release TAG-part2 ...,
+# or uploaded in pieces it joins and checks), resolves the chip from any spelling the catalog knows
 # (SM8750, sm8750-ac, `adb shell getprop ro.soc.model` output, soc_id:<n>, the marketing name),
 # picks the model's archive for that chip (fp16 before w8a16 before int8, or --precision),
 # downloads it and the qnn-libs of the same QNN version, checks each against the manifest's
@@ -248,7 +249,7 @@ BEGIN { RS = "\""; d = 0; ins = 0; buf = "" }
     if (d > 0 && type[d] == "o" && ek) { key[d] = s; ek = 0 } else scalar(s)
 }
 END {
-    if (("manifest_version" in v) && v["manifest_version"] != "1") { print "bad\tmanifest_version " v["manifest_version"] " (this script reads version 1)"; exit }
+    if (("manifest_version" in v) && v["manifest_version"] != "1" && v["manifest_version"] != "2") { print "bad\tmanifest_version " v["manifest_version"] " (this script reads versions 1 and 2)"; exit }
     if (!("assets" in cnt)) { print "bad\tno assets list"; exit }
     n = cnt["assets"]; best = ""; bestr = 99; known = 0; models = ""
     for (i = 0; i < n; i++) {
@@ -273,6 +274,13 @@ END {
     print "ok"
     print v[best SUBSEP "name"]; print v[best SUBSEP "sha256"]; print v[best SUBSEP "precision"]; print sdk
     print (libs == "" ? "" : v[libs SUBSEP "name"]); print (libs == "" ? "" : v[libs SUBSEP "sha256"])
+    # the release that holds each (empty: the tag itself), then the pieces an archive was uploaded in
+    rel = v[best SUBSEP "release"]; lrel = (libs == "" ? "" : v[libs SUBSEP "release"])
+    print (rel == "null" ? "" : rel); print (lrel == "null" ? "" : lrel)
+    for (j = 0; (best SUBSEP "pieces" SUBSEP j SUBSEP "name") in v; j++)
+        print "p\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "sha256"]
+    for (j = 0; libs != "" && (libs SUBSEP "pieces" SUBSEP j SUBSEP "name") in v; j++)
+        print "l\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "sha256"]
 }'
 
 # -- downloads ---------------------------------------------------------------------------------
@@ -295,9 +303,10 @@ qf_get() {
     fi
 }
 
-# NAME SHA256 (empty: not checked) FILE: the release asset NAME into FILE, checked
+# NAME SHA256 (empty: not checked) FILE [RELEASE]: the asset NAME of the tag's release (or of its linked
+# part RELEASE) into FILE, checked
 qf_download() {
-    qf_url="$QF_BASE/$QF_REPO/releases/download/$QF_TAG/$1"
+    qf_url="$QF_BASE/$QF_REPO/releases/download/${4:-$QF_TAG}/$1"
     qf_n=0
     while [ "$qf_n" -lt 3 ]; do
         qf_n=$((qf_n + 1))
@@ -357,7 +366,7 @@ qf_install() {
 qf_asset_ok() {
     case $1 in
         ''|.*|*[!A-Za-z0-9._+-]*) return 1 ;;
-        *.tar.bz2) ;;
+        *.tar.bz2|*.tar.bz2.[0-9][0-9][0-9]) ;;
         *) return 1 ;;
     esac
     case $2 in
@@ -465,9 +474,12 @@ QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION
     IFS= read -r QF_SDK
     IFS= read -r QF_LIBS
     IFS= read -r QF_LIBS_SHA
+    IFS= read -r QF_REL
+    IFS= read -r QF_LIBS_REL
 } <<EOF
 $QF_SEL
 EOF
+printf '%s\n' "$QF_SEL" >"$QF_WORK/selection"
 case $QF_STATUS in
     ok) ;;
     nobuild)
@@ -480,23 +492,53 @@ case $QF_STATUS in
 esac
 qf_asset_ok "$QF_NAME" "$QF_SHA" || qf_die 10 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_NAME'"
 [ -z "$QF_LIBS" ] || qf_asset_ok "$QF_LIBS" "$QF_LIBS_SHA" || qf_die 10 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_LIBS'"
+for qf_r in "$QF_REL" "$QF_LIBS_REL"; do  # a linked part's tag goes into a URL: plain characters only
+    case $qf_r in
+        *[!A-Za-z0-9._+-]*|.*) qf_die 10 "$QF_RELEASE: manifest.json names an unsafe release '$qf_r'" ;;
+    esac
+done
+QF_TAB=$(printf '\t')
+while IFS="$QF_TAB" read -r qf_k qf_pn qf_ps; do
+    case $qf_k in
+        p|l) qf_asset_ok "$qf_pn" "$qf_ps" || qf_die 10 "$QF_RELEASE: manifest.json names an unsafe piece '$qf_pn'" ;;
+    esac
+done <"$QF_WORK/selection"
 
 # verified archives are kept in DEST/.downloads: a second run downloads nothing
 QF_CACHE="$QF_DEST/.downloads"
+# NAME SHA256 RELEASE KIND (p: the model's pieces, l: the libraries'): the asset, whole and checked; one
+# uploaded in pieces is each piece checked, the pieces joined in order, and the whole checked again
 qf_fetch_asset() {
     if [ -f "$QF_CACHE/$1" ] && [ "$(qf_sha256 "$QF_CACHE/$1")" = "$2" ]; then
         cp "$QF_CACHE/$1" "$QF_WORK/$1" || qf_die 2 "cannot copy $QF_CACHE/$1"
-    else
-        qf_download "$1" "$2" "$QF_WORK/$1"
+        return 0
     fi
+    awk -F "$QF_TAB" -v k="$4" '$1 == k { print $2 FS $3 }' "$QF_WORK/selection" >"$QF_WORK/pieces"
+    if [ ! -s "$QF_WORK/pieces" ]; then
+        qf_download "$1" "$2" "$QF_WORK/$1" "$3"
+        return 0
+    fi
+    : >"$QF_WORK/$1.joining"
+    qf_count=0
+    while IFS="$QF_TAB" read -r qf_pn qf_ps; do
+        qf_download "$qf_pn" "$qf_ps" "$QF_WORK/$qf_pn" "$3"
+        cat "$QF_WORK/$qf_pn" >>"$QF_WORK/$1.joining" || qf_die 2 "cannot write into $QF_DEST"
+        rm -f "$QF_WORK/$qf_pn"
+        qf_count=$((qf_count + 1))
+    done <"$QF_WORK/pieces"
+    if [ "$(qf_sha256 "$QF_WORK/$1.joining")" != "$2" ]; then
+        rm -f "$QF_WORK/$1.joining"
+        qf_die 10 "$1: its $qf_count pieces joined do not match the manifest's sha256"
+    fi
+    mv -f "$QF_WORK/$1.joining" "$QF_WORK/$1"
 }
 QF_TOP=${QF_NAME%.tar.bz2}
-qf_fetch_asset "$QF_NAME" "$QF_SHA"
+qf_fetch_asset "$QF_NAME" "$QF_SHA" "$QF_REL" p
 qf_extract "$QF_WORK/$QF_NAME" "$QF_TOP" "$QF_WORK/model"
 QF_LIBS_TOP=
 if [ -n "$QF_LIBS" ]; then
     QF_LIBS_TOP=${QF_LIBS%.tar.bz2}
-    qf_fetch_asset "$QF_LIBS" "$QF_LIBS_SHA"
+    qf_fetch_asset "$QF_LIBS" "$QF_LIBS_SHA" "$QF_LIBS_REL" l
     qf_extract "$QF_WORK/$QF_LIBS" "$QF_LIBS_TOP" "$QF_WORK/libs"
 fi
 

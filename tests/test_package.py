@@ -193,3 +193,44 @@ cp -v qnn-libs-{version}/*.so app/src/main/jniLibs/arm64-v8a/
             '  message(FATAL_ERROR "QnnInterface.h not found in ${QNN_SDK_ROOT}")\nendif()\n')
         r = subprocess.run(["cmake", "-P", str(work / "check.cmake")], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_release_over_the_hosts_limits_is_packaged_in_parts_and_pieces_and_fetched_back(built, tmp_path):
+    """Limits of 10 assets per release and 16 KiB per asset (GitHub's are 1,000 and 2 GiB): package puts what
+    does not fit in linked releases and uploads the larger archives in pieces; publish and fetch follow."""
+    import shutil
+
+    import yaml
+
+    from ci_tools.release.fetch import fetch_model
+    from ci_tools.release.publish import publish
+    from tests.fakes.fake_github import FakeGitHub
+
+    data = yaml.safe_load(built["matrix"].read_text())
+    data["release"] = {"max_assets": 10, "max_asset_bytes": 16 * 1024}
+    matrix = built["matrix"].with_name("limits.yaml")
+    matrix.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "dist"
+    shutil.copytree(built["out"], out, ignore=shutil.ignore_patterns("release"))
+    r = run_cli("package", "--matrix", str(matrix), "--out", str(out), "--tag", "v3.0.0",
+                env={k: v for k, v in built["env"].items() if k != "QNN_SDK_ROOT"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    manifest = json.loads((out / "release" / "manifest.json").read_text())
+    assert manifest["manifest_version"] == 2
+    pieced = [a for a in manifest["assets"] if a.get("pieces")]
+    assert pieced and all(p["size"] <= 16 * 1024 for a in pieced for p in a["pieces"])
+    assert all(not (out / "release" / a["name"]).exists() for a in pieced)
+    sums = (out / "release" / "SHA256SUMS").read_text()
+    assert all(f"{p['sha256']}  {p['name']}" in sums for a in pieced for p in a["pieces"])
+    with FakeGitHub(page_size=100) as gh:
+        publish(out, "acme/models", "v3.0.0", via=Connection(token=gh.state.token, api_url=gh.url,
+                                                             sleep=lambda s: None))
+        releases = [r for r in gh.state.releases.values() if r["repo"] == "acme/models"]
+        assert len(releases) == 1 + len(manifest["parts"]) >= 2 and not any(r["draft"] for r in releases)
+        for rid in gh.state.releases:
+            assert len(gh.asset_names(rid)) <= 10
+        a = next(x for x in manifest["assets"] if x.get("pieces") and x["kind"] == "model")
+        res = fetch_model("acme/models@v3.0.0", a["model"], soc=a["soc"], precision=a["precision"],
+                          dest=tmp_path / "app", via=Connection(api_url=gh.url, sleep=lambda s: None))
+    meta = json.loads((tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / "metadata.json").read_text())
+    assert res.archive == a["name"] and meta["chip"]["name"] == a["soc"]

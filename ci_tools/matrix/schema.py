@@ -393,6 +393,15 @@ class Release(_Frozen):
     tag_pattern: str = Field(default="v*", description="tags that start a release build (GitHub glob)")
     image: str = Field(default="ghcr.io/${{ github.repository_owner }}/qnn-sdk",
                        description="the SDK image compile jobs run in (lower case for ghcr.io); :<version> is added")
+    github: Literal["github.com", "ghes"] = Field(
+        default="github.com", description="where the workflows run: github.com (and GitHub Enterprise Cloud), or "
+        "GitHub Enterprise Server, whose workflow limits are lower (20 unique reusable workflows per caller, 4 "
+        "levels, against 50 and 10); `render` checks the rendered tree against them")
+    max_assets: int = Field(default=1000, ge=10, le=1000, description="assets per GitHub release (GitHub: 1,000); "
+                            "a release with more continues in linked releases <tag>-part2, -part3 ...")
+    max_asset_bytes: int = Field(default=2 * 1024**3 - 1, ge=1024, le=2 * 1024**3 - 1, description="bytes per "
+                                 "release asset (GitHub: under 2 GiB); a larger archive is uploaded in pieces "
+                                 "(<name>.001 ...) that clients join and check")
 
 
 class Matrix(_Frozen):

@@ -16,6 +16,7 @@ wait in ``<cache>/downloads`` (``QNN_RELEASE_CACHE``) for the next run to resume
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 from ..catalog.socs import UnknownSocError, load_catalog
 from ..errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
 from ..sources.download import discard, downloads_dir, fetch_verified
+from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, staging_dir
 from ..util.precision import PRECISIONS
@@ -76,17 +78,34 @@ def _split(release: str) -> tuple[str, str]:
 _ASSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2")
 
 
+_PIECE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2\.[0-9]{3}")
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
 def _manifest_assets(manifest: object) -> list[dict]:
-    """The manifest's assets, each with a plain archive name and a sha256 (a name is used as a path)."""
+    """The manifest's assets, each with a plain archive name and a sha256 (a name is used as a path), its pieces
+    likewise, and its release one of the manifest's parts."""
     assets = manifest.get("assets") if isinstance(manifest, dict) else None
     if not isinstance(assets, list):
         raise PackageError("manifest.json: no list of assets", hint="the release was not made by qnn-release package")
+    if manifest.get("manifest_version", 1) not in (1, 2):
+        raise PackageError(f"manifest.json: manifest_version {manifest.get('manifest_version')!r}; this qnn-release "
+                           "reads 1 and 2", hint="upgrade qnn-release")
+    parts = manifest.get("parts") or []
     for a in assets:
         name = a.get("name") if isinstance(a, dict) else None
-        if not isinstance(name, str) or not _ASSET.fullmatch(name) \
-                or not re.fullmatch(r"[0-9a-f]{64}", str(a.get("sha256"))):
+        if not isinstance(name, str) or not _ASSET.fullmatch(name) or not _SHA.fullmatch(str(a.get("sha256"))):
             raise PackageError(f"manifest.json: asset {str(name)[:80]!r} has no plain .tar.bz2 name or no sha256",
                                hint="the release was not made by qnn-release package")
+        pieces = a.get("pieces")
+        if pieces is not None and (not isinstance(pieces, list) or not pieces or not all(
+                isinstance(x, dict) and _PIECE.fullmatch(str(x.get("name"))) and str(x.get("name")).startswith(name)
+                and _SHA.fullmatch(str(x.get("sha256"))) for x in pieces)):
+            raise PackageError(f"manifest.json: asset {name!r} has pieces without plain names or sha256",
+                               hint="the release was not made by qnn-release package")
+        if a.get("release") is not None and a.get("release") not in parts:
+            raise PackageError(f"manifest.json: asset {name!r} is in release {str(a.get('release'))[:80]!r}, which "
+                               "is not one of the manifest's parts", hint="the release was not made by qnn-release")
         if a.get("kind") == "model" and (a.get("precision") not in PRECISION_ORDER
                                          or not isinstance(a.get("sdk_version"), str)):
             raise PackageError(f"manifest.json: model asset {name!r} has no precision or sdk_version",
@@ -107,14 +126,25 @@ def top_folder(asset: dict) -> str:
 class _Downloader:
     def __init__(self, gh: GitHub, release: dict, token: str | None, cache: Path, sleep):
         self.gh, self.token, self.cache, self.sleep = gh, token, cache, sleep
-        self.where = f"{gh.repo}@{release.get('tag_name', '')}"
+        self.tag = release.get("tag_name", "")
+        self.where = f"{gh.repo}@{self.tag}"
         # the release object may list only some assets: page through all of them
-        self.assets = {a["name"]: a for a in gh.assets(release["id"])}
+        self.assets: dict[str | None, dict[str, dict]] = {None: {a["name"]: a for a in gh.assets(release["id"])}}
 
-    def url(self, name: str) -> tuple[str, dict]:
-        a = self.assets.get(name)
+    def _in(self, release: str | None) -> dict[str, dict]:
+        """The assets of the tag's release (None) or of one of its linked parts, looked up once."""
+        if release not in self.assets:
+            rel = self.gh.release_by_tag(release)
+            if rel is None:
+                raise PublishError(f"{self.where}: the manifest puts assets in release {release}, which is not "
+                                   "published", hint="publish the release again: it resumes, parts first")
+            self.assets[release] = {a["name"]: a for a in self.gh.assets(rel["id"])}
+        return self.assets[release]
+
+    def url(self, name: str, release: str | None = None) -> tuple[str, dict]:
+        a = self._in(release).get(name)
         if a is None:
-            raise PublishError(f"{self.where}: the release has no asset {name}",
+            raise PublishError(f"{self.gh.repo}@{release or self.tag}: the release has no asset {name}",
                                hint="the manifest names an asset that was not uploaded: publish it again")
         if self.token or not a.get("browser_download_url"):  # private repos and drafts: the API URL
             return a["url"], {"Accept": "application/octet-stream"}
@@ -131,19 +161,42 @@ class _Downloader:
         _manifest_assets(manifest)
         return manifest
 
-    def get(self, asset: dict) -> Path:
-        """The asset, whole and checked against the manifest's sha256, in the download cache."""
-        name = asset["name"]
-
+    def _file(self, name: str, sha256: str, release: str | None) -> Path:
         def open_from(offset: int):
-            url, headers = self.url(name)
+            url, headers = self.url(name, release)
             if offset:
                 headers = {**headers, "Range": f"bytes={offset}-"}
             return self.gh.call("GET", url, f"download {name}", expect=(200, 206, 416), headers=headers,
                                 stream=True)
 
-        return fetch_verified(self.cache, asset["sha256"], open_from, what=f"{self.where}: {name}",
+        return fetch_verified(self.cache, sha256, open_from, what=f"{self.gh.repo}@{release or self.tag}: {name}",
                               pinned_by="the manifest", sleep=self.sleep)
+
+    def get(self, asset: dict) -> Path:
+        """The asset, whole and checked against the manifest's sha256, in the download cache: from the release
+        that holds it, and joined from its pieces (each checked first) when it was uploaded in pieces."""
+        release = asset.get("release")
+        if not asset.get("pieces"):
+            return self._file(asset["name"], asset["sha256"], release)
+        done = self.cache / asset["sha256"]
+        if done.is_file() and sha256_file(done) == asset["sha256"]:
+            return done
+        pieces = [self._file(p["name"], p["sha256"], release) for p in asset["pieces"]]
+        joined = self.cache / f"{asset['sha256']}.joining"
+        with open(joined, "wb") as out:
+            for piece in pieces:
+                with open(piece, "rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 20)
+        got = sha256_file(joined)
+        if got != asset["sha256"]:
+            joined.unlink(missing_ok=True)
+            raise SourceError(f"{self.where}: {asset['name']}: its {len(pieces)} pieces join to sha256 {got[:16]}..., "
+                              f"not the manifest's {asset['sha256'][:16]}...; nothing was kept",
+                              hint="every piece matched its own sha256: the release was not made by qnn-release")
+        os.replace(joined, done)
+        for piece in pieces:
+            discard(piece)
+        return done
 
 
 def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,

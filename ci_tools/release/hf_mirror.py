@@ -1,4 +1,5 @@
-"""Mirror a packaged release to a Hugging Face repo, in one commit (``<tag>/<asset>``)."""
+"""Mirror a packaged release to a Hugging Face repo, in one commit (``<tag>/<asset>``): every file of every
+linked part too, in the one folder (a Hub repo has no 1,000-asset limit; the manifest's names stay unique)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import os
 from pathlib import Path
 
 from ..errors import PublishError
-from .publish import local_assets, release_dir
+from .publish import release_dir, release_files
 
 
 def mirror(dist: Path, repo: str, tag: str, *, dry_run: bool = False, api=None) -> str:
     folder = release_dir(dist)
-    _, files = local_assets(folder)
+    _, by_release = release_files(folder)
+    files = [f for part in by_release.values() for f in part]
     if dry_run:
         return f"would commit {len(files)} files to huggingface.co/{repo} under {tag}/"
     from huggingface_hub import CommitOperationAdd, HfApi

@@ -26,12 +26,27 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of 
 AssetName = Annotated[str, Field(pattern=r"^[^/\\]+$", description="the release asset's file name (no folders)")]
 
 
-class _A(BaseModel):
+class Piece(BaseModel):
+    """One uploaded piece of an asset too large for one release asset: ``<name>.001``, ``<name>.002`` ..."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: AssetName
     size: int = Field(ge=0, description="bytes")
     sha256: Sha256
+
+
+class _A(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: AssetName
+    size: int = Field(ge=0, description="bytes (of the whole file, when it is uploaded in pieces)")
+    sha256: Sha256 = Field(description="sha256 of the whole file, lower-case hex (its pieces joined in order)")
+    release: str | None = Field(default=None, description="the tag of the release that holds it, when that is not "
+                                "this manifest's tag (one of `parts`): a release holds at most 1,000 assets")
+    pieces: list[Piece] | None = Field(default=None, description="the pieces it is uploaded as, in order, when the "
+                                       "file is over the size a release asset may have (under 2 GiB): download each "
+                                       "(checked against its sha256), join them, check the whole file's sha256")
 
 
 class ModelAsset(_A):
@@ -77,7 +92,9 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    manifest_version: Literal[1] = Field(description="changes only when a client would read it differently")
+    manifest_version: Literal[1, 2] = Field(description="changes only when a client would read it differently: 2 "
+                                            "when assets sit in linked `parts` or are uploaded in `pieces`, 1 "
+                                            "otherwise (a client of version 1 reads it as before)")
     tag: str | None = Field(description="the release tag, or null when packaged without one")
     toolkit: str = Field(description="the qnn-release version that packaged it")
     sdk_versions: list[str] = Field(description="every QNN version of the release's assets")
@@ -89,7 +106,23 @@ class Manifest(BaseModel):
                                 "another QNN version than the matrix pins")
     device_numbers: str | None = Field(default=None, description="how the device figures were measured, or why "
                                        "there are none (\"no device numbers: ...\")")
-    assets: list[Asset] = Field(description="sorted by name")
+    parts: list[str] = Field(default=[], description="the tags of the linked releases that hold the assets this "
+                             "release cannot (GitHub: 1,000 assets per release), in order; this manifest, in the "
+                             "release of `tag`, says which asset is in which (an asset's `release`)")
+    assets: list[Asset] = Field(description="the runtime libraries first, then by name")
+
+
+def manifest_json(manifest: Manifest) -> dict:
+    """The manifest as written: a release within one GitHub release and without pieces reads as version 1 did
+    (no `parts`, no `release` or `pieces` on its assets)."""
+    data = manifest.model_dump(mode="json")
+    if not data["parts"]:
+        del data["parts"]
+    for a in data["assets"]:
+        for key in ("release", "pieces"):
+            if a[key] is None:
+                del a[key]
+    return data
 
 
 def validate_manifest(data: dict) -> Manifest:

@@ -33,7 +33,8 @@ from ..util.qnn_version import core as version_core
 from ..util.validation import first_error
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
-from .manifest import LibsAsset, Manifest, ModelAsset
+from .layout import Limits, place, split_large, uploads
+from .manifest import LibsAsset, Manifest, ModelAsset, manifest_json
 from .metadata import METADATA_VERSION, Metadata
 from .page import write_page
 from .qnn_libs import build_qnn_libs
@@ -131,18 +132,22 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             asset, meta = job.archive(key, records)
             assets.append(asset)
             metas[asset.name] = meta
-        manifest = _manifest(loaded, tag, assets, complete, skipped, job.device)
+        # GitHub's limits: pieces for a file over the size limit, linked releases past 1,000 assets
+        limits = Limits(max_assets=loaded.matrix.release.max_assets,
+                        max_asset_bytes=loaded.matrix.release.max_asset_bytes)
+        assets, parts = place(split_large(tmp, assets, limits), tag, limits)
+        manifest = _manifest(loaded, tag, assets, complete, skipped, job.device, parts)
         notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir, _runtimes(metas, libs_name))
-        write_json(tmp / "manifest.json", manifest.model_dump(mode="json"))  # the values, as they are written
+        write_json(tmp / "manifest.json", manifest_json(manifest))  # the values, as they are written
         client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
-        sums = "".join(f"{a.sha256}  {a.name}\n" for a in manifest.assets)
+        sums = "".join(f"{sha}  {name}\n" for name, sha, _, _ in uploads(manifest.assets))
         write_atomic(tmp / "SHA256SUMS", sums + f"{sha256_file(client)}  {client.name}\n")
         write_page(tmp, manifest, metas, report)  # index.html: the release page, last (it lists the others' sha256)
         replace_dir(tmp, release)
         tmp = None
         if notes_path is not None:
             write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())
-            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest.model_dump(mode="json"))
+            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest_json(manifest))
         return PackageResult(release=release, assets=list(manifest.assets), notes=notes_path, manifest=manifest)
     finally:
         if tmp is not None:
@@ -366,9 +371,12 @@ class _Archives:
 
 
 def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[ModelAsset | LibsAsset],
-              complete: dict[Group, list[TargetRecord]], skipped: list[str], device: DeviceNumbers | None) -> Manifest:
+              complete: dict[Group, list[TargetRecord]], skipped: list[str], device: DeviceNumbers | None,
+              parts: list[str]) -> Manifest:
     warnings = _sdk_warnings(loaded, {a.sdk_version for a in assets if a.kind == "model"})
-    return _asset(Manifest, manifest_version=1, tag=tag, toolkit=f"qnn-release {__version__}", warnings=warnings,
+    version = 2 if parts or any(a.pieces for a in assets) else 1  # a version-1 client reads the others as before
+    return _asset(Manifest, manifest_version=version, tag=tag, toolkit=f"qnn-release {__version__}", parts=parts,
+                  warnings=warnings,
                   sdk_versions=sorted({a.sdk_version for a in assets}),
                   images=sorted({r.image for rs in complete.values() for r in rs if r.image}),
                   skipped=skipped, device_numbers=_device_note(device), assets=sorted(assets, key=lambda a: a.name))

@@ -221,8 +221,14 @@ def page_data(manifest: Manifest, metas: dict[str, Metadata], report: BuildRepor
              for p in precisions]
     charts = _charts(cells, models, precisions, chips)
     count = {s: sum(c["status"] == s for c in cells.values()) for s in STATUS if s != "absent"}
-    assets = [{"name": a.name, "kind": a.kind, "size": a.size, "sha256": a.sha256,
-               "href": (base or "") + quote(a.name)} for a in manifest.assets]
+    def href(name: str, release: str | None) -> str:  # an asset of a linked release: beside this one's folder
+        return ((f"{base}../{quote(release, safe='')}/" if base else "") if release else (base or "")) + quote(name)
+
+    assets = [{"name": a.name + (f" ({len(a.pieces)} pieces)" if a.pieces else ""), "kind": a.kind, "size": a.size,
+               "sha256": a.sha256, "href": href(a.pieces[0].name if a.pieces else a.name, a.release)}
+              for a in manifest.assets]
+    assets += [{"name": p.name, "kind": "piece", "size": p.size, "sha256": p.sha256, "href": href(p.name, a.release)}
+               for a in manifest.assets for p in (a.pieces or [])]
     assets += [{"name": n, "kind": "file", "size": size, "sha256": sha, "href": (base or "") + quote(n)}
                for n, (size, sha) in files.items()]
     return {"tag": manifest.tag, "toolkit": manifest.toolkit, "sdk_versions": manifest.sdk_versions,

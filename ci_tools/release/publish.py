@@ -83,32 +83,55 @@ def release_dir(path: Path) -> Path:
                        hint="run `qnn-release package` first")
 
 
-def local_assets(folder: Path) -> tuple[dict, list[tuple[str, Path, str, str]]]:
-    """(manifest, [(name, path, sha256, content type)]) in upload order, every file checked."""
+Files = list[tuple[str, Path, str, str]]  # (name, path, sha256, content type) in upload order
+
+
+def local_assets(folder: Path) -> tuple[dict, Files]:
+    """(manifest, the files of the tag's own release in upload order), every file checked; for a release in
+    several parts see ``release_files``."""
+    manifest, by_release = release_files(folder)
+    return manifest, by_release[None]
+
+
+def release_files(folder: Path) -> tuple[dict, dict[str | None, Files]]:
+    """(manifest, release tag -> its files in upload order; None: the tag's own release, which gets the notes,
+    the page, the sh client, then SHA256SUMS and manifest.json last), every file checked against the manifest
+    and against GitHub's limits."""
     manifest = json.loads((folder / "manifest.json").read_text())
-    files: list[tuple[str, Path, str, str]] = []
+    by_release: dict[str | None, Files] = {part: [] for part in manifest.get("parts") or []}
+    by_release[None] = []
     for a in manifest["assets"]:
-        path = folder / a["name"]
-        if not path.is_file():
-            raise PublishError(f"{path}: listed in manifest.json but missing")
-        digest = sha256_file(path)
-        if digest != a["sha256"]:
-            raise PublishError(f"{path}: sha256 {digest[:12]}... does not match the manifest's {a['sha256'][:12]}...",
-                               hint="package again; never edit a packaged release")
-        if path.stat().st_size >= MAX_ASSET:
-            raise PublishError(f"{path}: {path.stat().st_size} bytes; GitHub assets must be under 2 GiB",
-                               hint="split the model into several graphs or quantize its weights")
-        files.append((a["name"], path, digest, "application/x-bzip2"))
+        for f in a.get("pieces") or [a]:
+            path = folder / f["name"]
+            if not path.is_file():
+                raise PublishError(f"{path}: listed in manifest.json but missing")
+            digest = sha256_file(path)
+            if digest != f["sha256"]:
+                raise PublishError(f"{path}: sha256 {digest[:12]}... does not match the manifest's "
+                                   f"{f['sha256'][:12]}...", hint="package again; never edit a packaged release")
+            if path.stat().st_size >= MAX_ASSET:
+                raise PublishError(f"{path}: {path.stat().st_size} bytes; GitHub assets must be under 2 GiB",
+                                   hint="package again: a larger archive is uploaded in pieces "
+                                        "(release.max_asset_bytes)")
+            release = a.get("release")
+            if release not in by_release:
+                raise PublishError(f"{folder}/manifest.json: {a['name']} is in release {release}, which is not "
+                                   "one of its parts", hint="package again; never edit a packaged release")
+            by_release[release].append((f["name"], path, digest, "application/x-bzip2"))
+    files = by_release[None]
     for name, ctype in EXTRAS:
         if (folder / name).is_file():
             files.append((name, folder / name, sha256_file(folder / name), ctype))
     for name in LAST:
         files.append((name, folder / name, sha256_file(folder / name),
                       "application/json" if name.endswith(".json") else "text/plain"))
-    if len(files) > MAX_ASSETS:
-        raise PublishError(f"{folder}: {len(files)} assets; a GitHub release holds at most {MAX_ASSETS}",
-                           hint="release fewer models or chips per tag (nothing was uploaded)")
-    return manifest, files
+    for release, listed in by_release.items():
+        if len(listed) > MAX_ASSETS:
+            raise PublishError(f"{folder}: {len(listed)} assets for release {release or manifest.get('tag')}; a "
+                               f"GitHub release holds at most {MAX_ASSETS}",
+                               hint="package again with this qnn-release: it continues a release in linked parts "
+                                    "(nothing was uploaded)")
+    return manifest, by_release
 
 
 def _digest(gh: GitHub, asset: dict) -> str:
@@ -148,18 +171,56 @@ def _find_release(gh: GitHub, tag: str, plan: Plan, dry_run: bool, body: str) ->
 
 def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool = False,
             replace: bool = False) -> Plan:
+    """Upload every part, each a draft until all of them hold every asset with the manifest's sha256; then the
+    linked parts are published (pre-releases, never "latest"), the tag's own release last. A re-run resumes."""
     token = via.token
     folder = release_dir(path)
-    manifest, files = local_assets(folder)
+    manifest, by_release = release_files(folder)
     if manifest.get("tag") not in (None, tag):
         raise PublishError(f"{folder}/manifest.json was packaged for {manifest['tag']}, not {tag}",
                            hint="package again with --tag " + tag)
     if not token and not dry_run:
         raise PublishError("no GitHub token", hint="set GITHUB_TOKEN or GH_TOKEN (contents: write)")
     gh = via.client(repo)
-    body = (folder / "RELEASE_NOTES.md").read_text() if (folder / "RELEASE_NOTES.md").is_file() else ""
+    notes = (folder / "RELEASE_NOTES.md").read_text() if (folder / "RELEASE_NOTES.md").is_file() else ""
     plan = Plan(tag=tag)
-    release = _find_release(gh, tag, plan, dry_run, body)
+    parts = list(manifest.get("parts") or [])
+    bodies = {None: notes, **{p: _part_body(tag, k + 2, len(parts) + 1) for k, p in enumerate(parts)}}
+    releases = {}
+    for part in [*parts, None]:  # the linked parts first: the tag's own release (the manifest) is what clients read
+        name = part or tag
+        releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
+        _upload_all(gh, releases[part], by_release[part], plan, dry_run, replace, f"{repo}@{name}")
+    for part in [*parts, None]:
+        release, name = releases[part], part or tag
+        if release is not None and not release.get("draft", True):
+            continue
+        plan.add(f"publish {name} (leave draft) once all {len(by_release[part])} assets are verified")
+        if dry_run:
+            continue
+        for p in [*parts, None]:  # nothing leaves draft before every part is whole
+            _check_complete(gh, releases[p], by_release[p])
+        if part is not None:
+            gh.update_release(release["id"], draft=False, body=bodies[part], name=name, prerelease=True,
+                              make_latest="false")
+            continue
+        pre = is_prerelease(tag)
+        latest = is_newest(tag, list(gh.paginate(f"/repos/{repo}/releases")))
+        gh.update_release(release["id"], draft=False, body=notes, name=tag, prerelease=pre,
+                          make_latest="true" if latest else "false")
+        plan.release = f"release {release['id']}: was a draft, now published" + (" as a pre-release" if pre else "") \
+            + (f", with {len(parts)} linked part(s): {', '.join(parts)}" if parts else "")
+    return plan
+
+
+def _part_body(tag: str, k: int, total: int) -> str:
+    return (f"Part {k} of {total} of release {tag}: the assets GitHub's 1,000 per release leaves no room for. "
+            f"The manifest.json of {tag} lists every asset and the release that holds it; `qnn-release fetch`, "
+            "qnn-fetch.sh and the Java resolver find them here.")
+
+
+def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_run: bool, replace: bool,
+                where: str) -> None:
     existing = {a["name"]: a for a in gh.assets(release["id"])} if release else {}
     for name, local, digest, ctype in files:
         if name in existing:
@@ -167,25 +228,16 @@ def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool =
                 plan.add(f"skip {name} (already there, same sha256)")
                 continue
             if not replace:
-                raise PublishError(f"{repo}@{tag}: asset {name} is already published with other content",
+                raise PublishError(f"{where}: asset {name} is already published with other content",
                                    hint="a published asset is never silently overwritten: pass --replace")
             plan.add(f"replace {name} ({local.stat().st_size} bytes)")
             if not dry_run:
                 _replace(gh, release, existing[name], name, local, digest, ctype)
             continue
-        plan.add(f"upload {name} ({local.stat().st_size} bytes)")
+        plan.add(f"upload {name} ({local.stat().st_size} bytes)" + (f" to {where.split('@', 1)[1]}"
+                                                                     if "-part" in where else ""))
         if not dry_run:
             _upload(gh, release, name, local, digest, ctype)
-    if release is None or release.get("draft", True):
-        plan.add(f"publish {tag} (leave draft) once all {len(files)} assets are verified")
-        if not dry_run:
-            _check_complete(gh, release, files)
-            pre = is_prerelease(tag)
-            latest = is_newest(tag, list(gh.paginate(f"/repos/{repo}/releases")))
-            gh.update_release(release["id"], draft=False, body=body, name=tag, prerelease=pre,
-                              make_latest="true" if latest else "false")
-            plan.release = f"release {release['id']}: was a draft, now published" + (" as a pre-release" if pre else "")
-    return plan
 
 
 def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype: str) -> dict:
@@ -214,7 +266,7 @@ def _replace(gh: GitHub, release: dict, old: dict, name: str, path: Path, digest
     gh.delete_asset(old["id"])
 
 
-def _check_complete(gh: GitHub, release: dict, files: list[tuple[str, Path, str, str]]) -> None:
+def _check_complete(gh: GitHub, release: dict, files: Files) -> None:
     remote = {a["name"]: a for a in gh.assets(release["id"])}
     missing = [n for n, _, _, _ in files if n not in remote]
     wrong = [n for n, _, d, _ in files if n in remote and _digest(gh, remote[n]) != d]

@@ -33,6 +33,11 @@ import java.util.regex.Pattern;
  * else { download(c.url, c.sha256); download(c.qnnLibsUrl, c.qnnLibsSha256); }
  * </pre>
  *
+ * <p>A catalogue over GitHub's 1,000 assets per release continues in linked releases (TAG-part2 ...): the
+ * URLs point into the release that holds each archive. An archive over 2 GiB is uploaded in pieces:
+ * {@code c.pieces} is then not empty; download each piece (checked against its sha256), join them in order
+ * and check the joined file against {@code c.sha256}.
+ *
  * <p>The chip spellings are generated from qnn-release's chip catalog, each resolved by its own
  * resolver, so this class and {@code qnn-release socs --resolve} agree on every spelling.
  * {@code java -cp . qnnrelease.QnnModelResolver manifest.json MODEL CHIP [PRECISION] [BASE_URL]}
@@ -41,8 +46,8 @@ import java.util.regex.Pattern;
 public final class QnnModelResolver {
     /** The exit code for "no NPU build for this chip", as {@code qnn-release fetch} and qnn-fetch.sh. */
     public static final int EXIT_NO_BUILD = 3;
-    /** The manifest version this class reads. */
-    public static final int MANIFEST_VERSION = 1;
+    /** The newest manifest version this class reads (1 and 2: linked parts, pieces). */
+    public static final int MANIFEST_VERSION = 2;
     /** What is tried first when a release has several precisions of one model for one chip. */
     public static final List<String> PRECISION_ORDER =
             Collections.unmodifiableList(java.util.Arrays.asList("fp16", "w8a16", "int8"));
@@ -369,6 +374,21 @@ public final class QnnModelResolver {
         return m;
     }
 
+    /** One uploaded piece of an archive too large for one release asset. */
+    public static final class Piece {
+        public final String name;
+        public final String url;
+        public final String sha256;
+        public final long size;
+
+        Piece(Map<String, Object> p, String base) {
+            this.name = str(p, "name");
+            this.url = base == null ? null : base + pathEncode(name);
+            this.sha256 = str(p, "sha256");
+            this.size = num(p, "size");
+        }
+    }
+
     /** What a client chose: an archive (and its runtime libraries), or none with the reason. */
     public static final class Choice {
         /** The asset name, e.g. silero-vad-sm8750-fp16-qnn2.40.0.251030.tar.bz2; null when none fits. */
@@ -385,21 +405,28 @@ public final class QnnModelResolver {
         public final String qnnLibsUrl;
         public final String qnnLibsSha256;
         public final long qnnLibsSize;
+        /** The pieces the archive was uploaded in (empty: it is one asset at {@code url}). */
+        public final List<Piece> pieces;
+        public final List<Piece> qnnLibsPieces;
         /** Null when an archive was found; else "none: ... use the CPU model". */
         public final String reason;
 
         Choice(Map<String, Object> a, Map<String, Object> libs, String base, String soc) {
+            String own = baseFor(base, a);
+            String libsBase = libs == null ? null : baseFor(base, libs);
             this.asset = str(a, "name");
-            this.url = base == null ? null : base + pathEncode(asset);
+            this.url = own == null ? null : own + pathEncode(asset);
             this.sha256 = str(a, "sha256");
             this.size = num(a, "size");
             this.precision = str(a, "precision");
             this.soc = soc;
             this.sdkVersion = str(a, "sdk_version");
             this.qnnLibs = libs == null ? null : str(libs, "name");
-            this.qnnLibsUrl = libs == null || base == null ? null : base + pathEncode(qnnLibs);
+            this.qnnLibsUrl = libsBase == null ? null : libsBase + pathEncode(qnnLibs);
             this.qnnLibsSha256 = libs == null ? null : str(libs, "sha256");
             this.qnnLibsSize = libs == null ? 0 : num(libs, "size");
+            this.pieces = pieces(a, own);
+            this.qnnLibsPieces = libs == null ? Collections.<Piece>emptyList() : pieces(libs, libsBase);
             this.reason = null;
         }
 
@@ -407,6 +434,7 @@ public final class QnnModelResolver {
             this.asset = this.url = this.sha256 = this.precision = this.sdkVersion = null;
             this.qnnLibs = this.qnnLibsUrl = this.qnnLibsSha256 = null;
             this.size = this.qnnLibsSize = 0;
+            this.pieces = this.qnnLibsPieces = Collections.<Piece>emptyList();
             this.soc = soc;
             this.reason = reason;
         }
@@ -505,9 +533,10 @@ public final class QnnModelResolver {
         }
         Map<String, Object> manifest = asMap(parsed);
         Object version = manifest.get("manifest_version");
-        if (version != null && num(manifest, "manifest_version") != MANIFEST_VERSION) {
+        if (version != null && (num(manifest, "manifest_version") < 1
+                || num(manifest, "manifest_version") > MANIFEST_VERSION)) {
             throw new IllegalArgumentException("manifest.json: manifest_version " + version
-                    + ", this resolver reads version " + MANIFEST_VERSION);
+                    + ", this resolver reads versions 1 to " + MANIFEST_VERSION);
         }
         if (precision != null && !PRECISION_ORDER.contains(precision)) {
             throw new IllegalArgumentException("precision " + precision + ": expected one of " + PRECISION_ORDER);
@@ -566,6 +595,30 @@ public final class QnnModelResolver {
             }
         }
         return new Choice(best, libs, downloadBase, chip);
+    }
+
+    /** Where an asset is: the tag's own release, or the linked part its {@code release} names. */
+    private static String baseFor(String base, Map<String, Object> asset) {
+        String release = str(asset, "release");
+        if (base == null || release == null) {
+            return base;
+        }
+        String trimmed = base.endsWith("/") ? base.substring(0, base.length() - 1) : base;
+        int cut = trimmed.lastIndexOf('/');
+        return (cut < 0 ? "" : trimmed.substring(0, cut + 1)) + pathEncode(release) + "/";
+    }
+
+    private static List<Piece> pieces(Map<String, Object> asset, String base) {
+        List<Piece> out = new ArrayList<Piece>();
+        Object list = asset.get("pieces");
+        if (list instanceof List) {
+            for (Object o : (List<?>) list) {
+                if (o instanceof Map) {
+                    out.add(new Piece(asMap(o), base));
+                }
+            }
+        }
+        return Collections.unmodifiableList(out);
     }
 
     private static boolean forChip(Map<String, Object> asset, String chip) {
@@ -808,6 +861,12 @@ public final class QnnModelResolver {
         System.out.println("qnn_libs=" + (c.qnnLibs == null ? "" : c.qnnLibs));
         System.out.println("qnn_libs_url=" + (c.qnnLibsUrl == null ? "" : c.qnnLibsUrl));
         System.out.println("qnn_libs_sha256=" + (c.qnnLibsSha256 == null ? "" : c.qnnLibsSha256));
+        for (Piece p : c.pieces) {
+            System.out.println("piece=" + p.sha256 + " " + (p.url == null ? p.name : p.url));
+        }
+        for (Piece p : c.qnnLibsPieces) {
+            System.out.println("qnn_libs_piece=" + p.sha256 + " " + (p.url == null ? p.name : p.url));
+        }
     }
 
     private static String read(String path) throws IOException {
