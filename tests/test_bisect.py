@@ -41,12 +41,16 @@ def test_a_parity_failure_names_the_first_divergent_node_and_its_fix(tmp_path):
     assert sample.is_file() and (folder / "bisect" / "bisect.json").is_file()
     with np.load(sample) as z:
         assert set(z.files) == {"x"}
-    graph = t["bisect_again"]
-    r = run_cli("bisect", graph.split()[2], "--soc", "SM8750", "--sample", str(sample))
+    import shlex
+
+    again = shlex.split(t["bisect_again"])  # the command the error gives, as a user pastes it
+    assert again[:2] == ["qnn-release", "bisect"] and again[again.index("--sample") + 1] == str(sample)
+    graph = again[2]
+    r = run_cli(*again[1:])
     assert r.returncode == 7, r.stderr
     assert "first divergent node: up (ConvTranspose" in r.stdout and "DIFFERS" in r.stdout
     # two intermediates per compile: the conv and the output conv first, then the stretch between them
-    r = run_cli("bisect", graph.split()[2], "--soc", "SM8750", "--sample", str(sample), "--budget", "2")
+    r = run_cli("bisect", graph, "--soc", "SM8750", "--sample", str(sample), "--budget", "2")
     assert r.returncode == 7 and "2 probe compile(s), 4 of 4 intermediates" in r.stdout, r.stdout
     assert "first divergent node: up (ConvTranspose" in r.stdout
 
@@ -66,3 +70,8 @@ def test_bisect_on_a_graph_htp_computes_right_says_so(tmp_path):
     assert "agrees with CPU" in r.stdout and "generated inputs" in r.stdout
     r = run_cli("bisect", str(tmp_path / "missing.onnx"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
+    for arrays, wanted in (({"y": np.zeros((1, 32), np.float32)}, "no array for input(s) x"),
+                           ({"x": np.zeros((1, 5), np.float32)}, "input 'x' has shape [1, 5]")):
+        np.savez(tmp_path / "bad.npz", **arrays)
+        r = run_cli("bisect", str(f), "--sample", str(tmp_path / "bad.npz"))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and wanted in r.stderr, r.stderr

@@ -60,9 +60,10 @@ def _downloads(job: dict) -> list[str]:
             if s.get("uses", "").startswith("actions/download-artifact@")]
 
 
-def _expand_names(name: str, job: dict) -> list[str]:
-    include = (job.get("strategy") or {}).get("matrix", {}).get("include") or [{}]
-    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m, e=e: str(e[m[1]]), name) for e in include]
+def _expand_names(name: str, model: str, includes: list[dict]) -> list[str]:
+    """An artifact name of the export workflow for one model and each of its matrix entries."""
+    name = re.sub(r"\$\{\{\s*inputs\.model\s*\}\}", model, name)
+    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m, e=e: str(e[m[1]]), name) for e in includes]
 
 
 @pytest.fixture
@@ -77,8 +78,8 @@ def release_run(tmp_path):
             "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
             "github.event.repository.fork": False, "github.event.repository.visibility": "public",
             "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
-            "secrets.QAI_HUB_API_TOKEN": "", "needs.image.result": "success", "needs.export-m.result": "success",
-            "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED},
+            "secrets.QAI_HUB_API_TOKEN": "", "needs.image.result": "success", "needs.export.result": "success",
+            "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED, "inputs.model": "m"},
             env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
                  "GITHUB_REPOSITORY": OWNER_REPO, "QNN_RELEASE_CACHE": ""})
         yield runner, repo / ".github" / "workflows", gh
@@ -86,10 +87,13 @@ def release_run(tmp_path):
 
 def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_it(release_run):
     runner, wf, gh = release_run
-    export, release = wf / "export-m-qnn.yaml", wf / "release.yaml"
+    # release.yaml runs the one reusable export workflow for every model (model: m here)
+    export, release = wf / "qnn-export.yaml", wf / "release.yaml"
+    assert "uses: $/.github/workflows/qnn-export.yaml" in release.read_text()
     assert runner.job(export, "precompile"), "\n".join(runner.log)
     assert runner.job(export, "smoke") is None  # a release compiles every chip, not the push smoke test
-    chips = yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]
+    # the chip jobs' matrix is what the precompile job wrote (qnn-release plan --github-output)
+    chips = json.loads(runner.context["needs.precompile.outputs.jobs1"])["include"]
     assert {c["soc"] for c in chips} == {"SM8750", "SM8550"}
     first, second = chips
     assert runner.job(export, "compile", first), "\n".join(runner.log)
@@ -102,10 +106,10 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
     (failed,) = report["targets"]
     assert failed["status"] == "failed" and failed["work_dir"] in failed["error"]
     # the export's failed chip job fails its caller job, and package does not run
-    runner.context["needs.export-m.result"] = "failure"
+    runner.context["needs.export.result"] = "failure"
     assert runner.job(release, "package") is None
     # run anyway, packaging refuses: it never compiles, it names the missing target
-    runner.context["needs.export-m.result"] = "success"
+    runner.context["needs.export.result"] = "success"
     assert not runner.job(release, "package")
     assert f"m.enc.{second['soc'].lower()}.fp16" in runner.log[-2] and "not in the downloaded store" in runner.log[-2]
     # "re-run failed jobs": the chip job runs again and replaces its artifacts; the release completes
@@ -140,8 +144,11 @@ def test_a_release_runs_through_its_jobs_and_a_rerun_failed_chip_job_completes_i
 
 def test_a_chip_job_without_the_precompile_artifact_fails_instead_of_converting(release_run):
     runner, wf, _ = release_run
-    export = wf / "export-m-qnn.yaml"
-    chips = yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]
+    export = wf / "qnn-export.yaml"
+    from ci_tools.matrix.schema import load_matrix
+    from ci_tools.workflows.jobs import model_jobs
+
+    chips = model_jobs(load_matrix(runner.repo / "matrix" / "models.yaml"), "m").shards[0]
     # no precompile artifact (its job passed, its artifact expired: a re-run weeks later): the chip job does not
     # quietly convert on its own, it fails
     runner.context["needs.precompile.result"] = "success"
@@ -157,9 +164,9 @@ def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_l
     publish(make_release(tmp_path / "old"), OWNER_REPO, "v1.0.0",
             via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
     runner.context["github.ref_name"] = "v1.1.0-rc1"
-    export, release = wf / "export-m-qnn.yaml", wf / "release.yaml"
+    export, release = wf / "qnn-export.yaml", wf / "release.yaml"
     assert runner.job(export, "precompile")
-    for chip in yaml.safe_load(export.read_text())["jobs"]["compile"]["strategy"]["matrix"]["include"]:
+    for chip in json.loads(runner.context["needs.precompile.outputs.jobs1"])["include"]:
         assert runner.job(export, "compile", chip)
     assert runner.job(release, "package") and runner.job(release, "publish"), "\n".join(runner.log[-3:])
     (rel,) = gh.releases(OWNER_REPO, "v1.1.0-rc1")
@@ -215,16 +222,32 @@ def test_dockerfile_refuses_an_unpinned_sdk_and_sets_the_sdk_environment():
         assert re.search(rf"{tool}\S* --help", final), tool
 
 
-def test_render_refuses_model_names_github_refuses_and_too_many_workflows(tmp_path):
+def test_render_refuses_model_names_github_refuses(tmp_path):
     repo = _repo(tmp_path, name="silero.vad")
     r = run_cli("render", "--matrix", str(repo / "matrix" / "models.yaml"))
     assert r.returncode == 2 and "silero.vad" in r.stderr and "job id" in r.stderr and "silero-vad" in r.stderr
+
+
+def test_a_catalogue_renders_within_githubs_limits_on_github_com_and_ghes(tmp_path):
+    """300 models (two 256-model matrices of one reusable export workflow) render for GitHub Enterprise Server,
+    whose limits are the lowest (20 unique reusable workflows per caller, 4 levels): the tree uses 2 and 3."""
+    from ci_tools.matrix.schema import load_matrix
+    from ci_tools.workflows.render import check_limits, render_all
+
     repo = _repo(tmp_path / "many")
     data = yaml.safe_load((repo / "matrix" / "models.yaml").read_text())
-    data["models"] = [{**data["models"][0], "name": f"m{i}"} for i in range(20)]
+    data["models"] = [{**data["models"][0], "name": f"m{i:03d}"} for i in range(300)]
+    data["release"] = {"github": "ghes"}
     (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    r = run_cli("render", "--matrix", str(repo / "matrix" / "models.yaml"))
-    assert r.returncode == 2 and "21 reusable workflows" in r.stderr and "20" in r.stderr
+    files = render_all(load_matrix(repo / "matrix" / "models.yaml"))
+    measured = check_limits(files, "ghes", "test")
+    assert measured["release.yaml"] == {"unique_reusable": 2, "levels": 3}
+    assert measured["main.yaml"] == {"unique_reusable": 2, "levels": 3}
+    release = yaml.safe_load(files[Path(".github/workflows/release.yaml")])
+    shards = [j for j in release["jobs"].values() if j.get("uses", "").endswith("qnn-export.yaml")]
+    assert [len(j["strategy"]["matrix"]["model"]) for j in shards] == [256, 44]
+    assert release["jobs"]["package"]["needs"][-3:] == ["export", "export-2", "device-numbers"]
+    assert sum(1 for p in files if p.name.startswith("export-m")) == 300  # one file per model, for manual runs
 
 
 def test_the_sdk_image_is_never_pushed_where_it_would_be_public(tmp_path):

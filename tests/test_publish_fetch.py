@@ -470,7 +470,7 @@ def test_a_release_over_githubs_asset_limit_is_refused_before_anything_is_upload
                                    "htp_archs": [], "size": len(str(i)),
                                    "sha256": hashlib.sha256(str(i).encode()).hexdigest()})
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PublishError, match="1005 assets for release v.*; a GitHub release holds at most 1000"):
+    with pytest.raises(PublishError, match=r"1005 assets for release v.*; a GitHub release holds at most 1000"):
         _publish(gh, folder)
     assert not gh.state.releases and not gh.state.assets  # nothing created, nothing half-published
 

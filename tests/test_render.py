@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci_tools.workflows.render import MAX_JOBS
+from ci_tools.workflows.jobs import MAX_JOBS
 from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
 
@@ -61,10 +62,51 @@ def test_large_matrix_renders_no_matrix_over_256_and_lints_clean(tmp_path):
     r = run_cli("render", "--matrix", str(matrix))
     assert r.returncode == 0, r.stderr
     wf_dir = tmp_path / ".github" / "workflows"
-    wf = yaml.safe_load((wf_dir / "export-big-qnn.yaml").read_text())
-    sizes = [len(job["strategy"]["matrix"]["include"]) for job in wf["jobs"].values() if "strategy" in job]
-    assert max(sizes) <= MAX_JOBS and sum(sizes) == count - 1 and len(sizes) >= 2
+    export = yaml.safe_load((wf_dir / "qnn-export.yaml").read_text())
+    shard_jobs = [k for k, job in export["jobs"].items() if k.startswith("compile")]
+    assert len(shard_jobs) >= 2  # the biggest model needs more than one matrix
+    # at run time the precompile job writes the model's matrices: none over 256, every target once
+    out = tmp_path / "github-output"
+    r = run_cli("plan", "--matrix", str(matrix), "--model", "big", "--github-output", str(out))
+    assert r.returncode == 0, r.stderr
+    values = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    sizes = [len(json.loads(values[f"jobs{k}"])["include"]) for k in range(1, int(values["shards"]) + 1)]
+    assert max(sizes) <= MAX_JOBS and sum(sizes) == count - 1 and len(sizes) == len(shard_jobs)
     _lint(wf_dir)
+
+
+def test_a_hundred_models_render_and_lint(tmp_path):
+    (tmp_path / "models").mkdir()
+    f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, f"m{i:03d}", f, chips=["flagship"]) for i in range(100)])
+    r = run_cli("render", "--matrix", str(matrix))
+    assert r.returncode == 0, r.stderr
+    _lint(tmp_path / ".github" / "workflows")
+
+
+def test_the_limit_checker_refuses_what_github_would():
+    """A tree that called a reusable workflow per model (the shape before one export workflow served all) is
+    refused on GHES at 21 unique and on github.com at 51, naming the limit; a call that is not a local workflow
+    file is refused too."""
+    from ci_tools.errors import ConfigError
+    from ci_tools.workflows.render import WORKFLOWS, check_limits
+
+    def tree(n: int) -> dict:
+        files = {WORKFLOWS / f"w{i}.yaml": "on: workflow_call\njobs:\n  a:\n    runs-on: x\n" for i in range(n)}
+        calls = "".join(f"  c{i}:\n    uses: $/.github/workflows/w{i}.yaml\n" for i in range(n))
+        files[WORKFLOWS / "release.yaml"] = "on: push\njobs:\n" + calls
+        return files
+
+    assert check_limits(tree(20), "ghes", "m")["release.yaml"] == {"unique_reusable": 20, "levels": 2}
+    with pytest.raises(ConfigError, match="21 unique reusable workflows; GitHub \\(ghes\\) allows 20"):
+        check_limits(tree(21), "ghes", "m")
+    assert check_limits(tree(50), "github.com", "m")["release.yaml"]["unique_reusable"] == 50
+    with pytest.raises(ConfigError, match="allows 50"):
+        check_limits(tree(51), "github.com", "m")
+    bad = tree(1)
+    bad[WORKFLOWS / "release.yaml"] = "on: push\njobs:\n  c:\n    uses: $/.github/workflows/missing.yaml\n"
+    with pytest.raises(ConfigError, match="not a workflow of this repository"):
+        check_limits(bad, "github.com", "m")
 
 
 def _lint(folder: Path) -> None:

@@ -16,6 +16,9 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``, ``!cancelled()``, and
   ``needs.<job>.result`` of the jobs run before) against the context: a
   called workflow sees its CALLER's ``github.*`` and the ``inputs`` it was given, as on GitHub;
+- a ``run:`` step writes ``name=value`` lines to ``$GITHUB_OUTPUT``; they are ``steps.<id>.outputs.<name>`` for
+  the job's later steps, and the job's ``outputs:`` map them to ``needs.<job>.outputs.<name>`` for later jobs
+  (an output no step wrote is the empty string, as on GitHub);
 - ``${{ ... }}`` expressions are looked up in a flat context (``matrix.soc``, ``runner.temp``,
   ``secrets.GITHUB_TOKEN``, ``needs.image.outputs.pinned`` ...); an unknown one fails the test, so a
   template that starts using a new expression must be taught here first.
@@ -83,6 +86,8 @@ class Runner:
                 self.log.append(f"{workflow.name}:{job_id}: step {step.get('name')!r} failed, continuing")
                 ok = True  # "allow a job to pass when this step fails"
             failed = failed or not ok
+        for name, value in (job.get("outputs") or {}).items():  # docs: jobs.<job_id>.outputs
+            self.context[f"needs.{job_id}.outputs.{name}"] = self._expand(value, ctx, missing="")
         self.log.append(f"{workflow.name}:{job_id} {matrix or ''}: {'failed' if failed else 'ok'}")
         # what a later job's `needs.<id>.result` reads (docs: contexts, "needs context")
         self.context[f"needs.{job_id}.result"] = "failure" if failed else "success"
@@ -98,15 +103,17 @@ class Runner:
             src = self.repo / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
 
-    def _expand(self, value: object, ctx: dict[str, str]) -> str:
+    def _expand(self, value: object, ctx: dict[str, str], missing: str | None = None) -> str:
         def look(m: re.Match) -> str:
             # docs.github.com, "Evaluate expressions in workflows and actions", operators: `a || b` is a's value
             # when a is truthy, else b's (falsy: '', null, false, 0)
             names = [n.strip() for n in m[1].split("||")]
+            known = {n: ctx[n] if n in ctx else missing for n in names
+                     if n in ctx or (missing is not None and n.startswith("steps."))}
             for n in names:
-                if n not in ctx:
+                if n not in known:
                     raise AssertionError(f"expression ${{{{ {n} }}}} is not modelled by the test runner")
-            return next((ctx[n] for n in names if ctx[n] not in ("", None, False)), ctx[names[-1]])
+            return next((known[n] for n in names if known[n] not in ("", None, False)), known[names[-1]])
 
         return EXPR.sub(look, str(value))
 
@@ -133,9 +140,17 @@ class Runner:
         for scope in (job.get("env") or {}, step.get("env") or {}):
             env.update({k: self._expand(v, ctx) for k, v in scope.items()})
         self._shim()
+        outputs = cwd.parent / f"github-output-{len(self.log)}"
+        outputs.write_text("")
+        env["GITHUB_OUTPUT"] = str(outputs)
         r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=env,
                            capture_output=True, text=True, timeout=900)
         self.log.append(f"$ {script}\n{r.stdout}{r.stderr}")
+        if step.get("id"):  # docs: "Setting an output parameter" (name=value lines)
+            for line in outputs.read_text().splitlines():
+                name, sep, val = line.partition("=")
+                if sep:
+                    ctx[f"steps.{step['id']}.outputs.{name}"] = val
         return r.returncode == 0
 
     def _shim(self) -> None:

@@ -30,6 +30,16 @@ def _target_filters(p: argparse.ArgumentParser) -> None:
                    help="compile route: ort (default) or qairt; chips it cannot target are refused")
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of 1 or more")
+    return value
+
+
 def cmd_socs(args: argparse.Namespace) -> int:
     from ..catalog.socs import load_catalog, select
     from ..util.table import table
@@ -85,6 +95,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = make_plan(loaded, model=args.model, soc=args.soc, precision=args.precision, graph=args.graph,
                        route=route)
     targets = result.targets
+    if args.github:
+        from ..workflows.cost import estimate, measured_minutes, render_text
+
+        e, _ = estimate(loaded, targets, concurrency=args.concurrency, measured=measured_minutes(args.measured))
+        print(json.dumps(e.as_dict(), indent=2) if args.json else render_text(e))
+        return 0
+    if args.github_output:
+        from ..errors import UsageError
+        from ..workflows.jobs import model_jobs, write_github_output
+
+        names = args.model if isinstance(args.model, list) else [args.model] if args.model else []
+        if len(names) != 1:
+            raise UsageError("--github-output needs exactly one --model", hint="the export workflow runs it for "
+                             "its model")
+        jobs = model_jobs(loaded, names[0], targets)
+        write_github_output(args.github_output, jobs)
+        print(f"{names[0]}: {sum(len(s) for s in jobs.shards)} compile job(s) in {len(jobs.shards)} matrix "
+              f"shard(s), written to {args.github_output}")
+        return 0
     if args.json:
         print(json.dumps({"matrix": str(loaded.path), "route": route.label, "count": len(targets),
                           "targets": [t.as_dict() for t in targets],
@@ -316,6 +345,15 @@ def _catalog_and_matrix_commands(sub) -> None:
     p = sub.add_parser("plan", help="expand the matrix into targets (model, graph, chip, precision)")
     _target_filters(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--github", action="store_true", help="what a release of these targets costs on GitHub "
+                   "Actions: jobs, matrices, runner minutes, wall time at --concurrency, GitHub releases")
+    p.add_argument("--concurrency", type=_positive, default=20, help="jobs GitHub runs at once (free plan: 20; "
+                   "default 20)")
+    p.add_argument("--measured", type=Path, metavar="BUILD_REPORT", help="a build-report.json whose target times "
+                   "replace the defaults")
+    p.add_argument("--github-output", metavar="FILE", help="with --model: append the model's compile matrices "
+                   "(jobs1 ... jobsN, at most 256 jobs each) and its smoke chip to FILE ($GITHUB_OUTPUT), for the "
+                   "export workflow")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("schema", help="print, write or check the JSON Schemas (matrix, archive metadata, "

@@ -243,7 +243,15 @@ def sample_feed(graph: Path, sample: Path | None) -> tuple[dict[str, np.ndarray]
         if missing:
             raise UsageError(f"--sample {sample}: no array for input(s) {', '.join(missing)}",
                              hint=f"the graph's inputs: {', '.join(v.name for v in inputs)}")
-        return feed, sample.name
+        for v in inputs:
+            want = [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+            got = list(feed[v.name].shape)
+            if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
+                raise UsageError(f"--sample {sample}: input '{v.name}' has shape {got}, the graph takes "
+                                 f"{[w if w is not None else '?' for w in want]}", hint="one array per input, "
+                                 "shaped as the graph's input")
+            feed[v.name] = feed[v.name].astype(_dtype_name(v.type.tensor_type.elem_type))
+        return {v.name: feed[v.name] for v in inputs}, sample.name
     infos = []
     for v in inputs:
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim]

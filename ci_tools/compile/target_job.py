@@ -349,10 +349,13 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
     graph = spec.precompiled if spec.precision != "fp16" else spec.prepared.path
     if spec.backend != "ort" or sample is None or graph is None:
         return
+    import shlex
+
     folder = job.out_dir / "bisect"
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / "sample.npz", **feeds[sample])
-    again = (f"qnn-release bisect {graph} --soc {spec.soc.name} --sample {folder / 'sample.npz'}"
+    kept = spec.out / FAILED_DIR / spec.target_id / "bisect" / "sample.npz"  # where keep_failed moves it
+    again = (f"qnn-release bisect {shlex.quote(str(graph))} --soc {spec.soc.name} --sample {shlex.quote(str(kept))}"
              + (" --quantized" if spec.precision != "fp16" else ""))
     if result.seconds * ROUNDS > BISECT_WITHIN_SECONDS:
         e.message += f"; not bisected (its compile took {result.seconds:.0f} s): `{again}` finds the node"

@@ -154,9 +154,12 @@ class GitHub:
         return sorted((rel for rel in self.paginate(f"/repos/{self.repo}/releases")
                        if rel.get("draft") and rel.get("tag_name") == tag), key=lambda rel: rel["id"])
 
-    def create_draft(self, tag: str, name: str, body: str) -> dict:
+    def create_draft(self, tag: str, name: str, body: str, target: str | None = None) -> dict:
+        """A draft release; ``target`` (a commit sha) is where GitHub puts the tag if it does not exist yet
+        (REST API, "Create a release": target_commitish, default the default branch)."""
+        extra = {"target_commitish": target} if target else {}
         return self.call("POST", f"/repos/{self.repo}/releases", f"create draft release {tag}", expect=(201,),
-                         json={"tag_name": tag, "name": name, "body": body, "draft": True}).json()
+                         json={"tag_name": tag, "name": name, "body": body, "draft": True, **extra}).json()
 
     def delete_release(self, release_id: int) -> None:
         self.call("DELETE", f"/repos/{self.repo}/releases/{release_id}", f"delete release {release_id}",

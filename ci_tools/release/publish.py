@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,7 +160,9 @@ def _find_release(gh: GitHub, tag: str, plan: Plan, dry_run: bool, body: str) ->
     plan.add(f"create draft release for {tag}")
     if dry_run:
         return None
-    mine = gh.create_draft(tag, tag, body)
+    # a linked part's tag goes on the commit the release was built from (Actions: GITHUB_SHA), not the default
+    # branch's head
+    mine = gh.create_draft(tag, tag, body, target=os.environ.get("GITHUB_SHA") or None)
     # another publisher may have created one at the same moment: everybody keeps the oldest
     drafts = gh.drafts_for(tag)
     keep = drafts[0] if drafts else mine
@@ -191,15 +194,15 @@ def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool =
         name = part or tag
         releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
         _upload_all(gh, releases[part], by_release[part], plan, dry_run, replace, f"{repo}@{name}")
-    for part in [*parts, None]:
+    drafts = [p for p in [*parts, None] if releases[p] is None or releases[p].get("draft", True)]
+    if drafts and not dry_run:
+        for p in [*parts, None]:  # nothing leaves draft before every part is whole: each checked once
+            _check_complete(gh, releases[p], by_release[p])
+    for part in drafts:
         release, name = releases[part], part or tag
-        if release is not None and not release.get("draft", True):
-            continue
         plan.add(f"publish {name} (leave draft) once all {len(by_release[part])} assets are verified")
         if dry_run:
             continue
-        for p in [*parts, None]:  # nothing leaves draft before every part is whole
-            _check_complete(gh, releases[p], by_release[p])
         if part is not None:
             gh.update_release(release["id"], draft=False, body=bodies[part], name=name, prerelease=True,
                               make_latest="false")

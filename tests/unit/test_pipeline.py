@@ -16,18 +16,26 @@ from tests.test_pipeline import _downloads, _expand_names, _uploads
 def test_every_artifact_a_job_downloads_comes_from_exactly_one_job_it_needs():
     wf_dir = REPO / ".github" / "workflows"
     release = yaml.safe_load((wf_dir / "release.yaml").read_text())
-    # (workflow job, its transitive producers): export jobs run inside the export-<m> caller job
+    # every model's export jobs run inside the release's `export` caller job (one reusable workflow, its model an
+    # input); the chip jobs' matrices are what the precompile job plans for that model
+    from ci_tools.matrix.schema import load_matrix
+    from ci_tools.workflows.jobs import model_jobs
+
+    loaded = load_matrix()
     produced: dict[str, list[str]] = {}  # artifact name -> producing job ids (as seen from release.yaml)
     for caller_id, caller in release["jobs"].items():
-        if "uses" not in caller or not caller["uses"].endswith("-qnn.yaml"):
+        if not caller.get("uses", "").endswith("/qnn-export.yaml"):
             continue
         export = yaml.safe_load((wf_dir / Path(caller["uses"]).name).read_text())
+        for model in caller["strategy"]["matrix"]["model"]:
+            includes = [j for shard in model_jobs(loaded, model).shards for j in shard]
+            for job_id, job in export["jobs"].items():
+                if job_id == "smoke":
+                    continue  # the push smoke job is not part of a release (full: true)
+                for name in _uploads(job):
+                    for n in _expand_names(name, model, includes if "strategy" in job else [{}]):
+                        produced.setdefault(n, []).append(caller_id)
         for job_id, job in export["jobs"].items():
-            if job.get("if") == "${{ github.event_name == 'push' }}":
-                continue  # the push smoke job is not part of a release
-            for name in _uploads(job):
-                for n in _expand_names(name, job):
-                    produced.setdefault(n, []).append(caller_id)
             for want in _downloads(job):  # inside an export: from a job it needs
                 sources = [j for j, other in export["jobs"].items() if want in _uploads(other)]
                 assert len(sources) == 1 and sources[0] in job["needs"], (caller_id, job_id, want)
@@ -49,9 +57,9 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     """In a called workflow github.* is the caller's (a release is a tag push): the `full` input decides."""
     from tests.workflow_runner import evaluate
 
-    export = yaml.safe_load((REPO / ".github" / "workflows" / "export-silero-vad-qnn.yaml").read_text())
+    export = yaml.safe_load((REPO / ".github" / "workflows" / "qnn-export.yaml").read_text())
     smoke, compile_ = export["jobs"]["smoke"]["if"], export["jobs"]["compile"]["if"]
-    ok = {"needs.precompile.result": "success"}
+    ok = {"needs.precompile.result": "success", "needs.precompile.outputs.jobs1": '{"include": []}'}
     push_main = {"github.event_name": "push", "github.ref": "refs/heads/main", **ok}
     release = {"github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True, **ok}
     manual = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/main", **ok}
@@ -59,8 +67,8 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     assert (evaluate(smoke, release), evaluate(compile_, release)) == (False, True)
     assert (evaluate(smoke, manual), evaluate(compile_, manual)) == (False, True)
     rel = yaml.safe_load((REPO / ".github" / "workflows" / "release.yaml").read_text())
-    assert all(j["with"] == {"full": True, "image": "${{ needs.image.outputs.pinned }}"}
-               for k, j in rel["jobs"].items() if k.startswith("export-"))
+    assert all(j["with"] == {"model": "${{ matrix.model }}", "full": True, "image": "${{ needs.image.outputs.pinned }}"}
+               for k, j in rel["jobs"].items() if k.startswith("export"))
     # secrets: HF_TOKEN reaches the precompile job (and the image build's secret mount), no chip job
     for job_id, job in export["jobs"].items():
         env = " ".join(str(s.get("env", {})) for s in job.get("steps", []))

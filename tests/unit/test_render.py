@@ -4,13 +4,14 @@ The unit tier of tests/test_render.py: no subprocess, no network, no compile (te
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import yaml
 
 from ci_tools.matrix.schema import load_matrix
-from ci_tools.workflows.render import render_all, shards
+from ci_tools.workflows.render import render_all
 from tests.conftest import REPO
 
 
@@ -19,6 +20,7 @@ def test_every_generated_file_has_the_header_and_structure():
     files = render_all(loaded)
     assert files == render_all(loaded)  # deterministic
     assert {p.name for p in files} == {"export-silero-vad-qnn.yaml", "export-rapidocr-qnn.yaml", "release.yaml",
+                                       "qnn-export.yaml",
                                        "sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml",
                                        "sdk-pin.yaml", "main.yaml"}
     for rel, text in files.items():
@@ -37,8 +39,8 @@ def test_every_generated_file_has_the_header_and_structure():
             if (rel.name, job_id) == ("sdk-pin.yaml", "pin"):  # a branch with the pins, and its pull request
                 allowed = {"contents", "pull-requests"}
             if "uses" in job:  # a job calling a reusable workflow: its image job may push the SDK image
-                allowed = {"packages"} if job["uses"].endswith("qnn-sdk-docker-build.yaml") or \
-                    job["uses"].endswith("-qnn.yaml") else set()
+                allowed = {"packages"} if job["uses"].endswith(("qnn-sdk-docker-build.yaml", "qnn-export.yaml")) \
+                    else set()
             assert writes <= allowed, f"{rel}:{job_id} asks for {writes}"
             if "contents" in writes:
                 assert job_id in ("publish", "pin") and "container" not in job
@@ -51,32 +53,41 @@ def test_every_generated_file_has_the_header_and_structure():
         for line in text.splitlines():
             if "uses:" in line and "@" in line:
                 assert re.search(r"@[0-9a-f]{40} # v\d", line), line
-    export = yaml.safe_load(files[Path(".github/workflows/export-silero-vad-qnn.yaml")])
+    export = yaml.safe_load(files[Path(".github/workflows/qnn-export.yaml")])
     job = export["jobs"]["compile"]
     # the image job's output, pinned by digest: no job pulls a tag nobody built
     assert job["container"]["image"] == "${{ inputs.image || needs.image.outputs.pinned }}"
     assert job["needs"] == ["image", "precompile"]
     assert export["jobs"]["image"]["uses"].endswith("qnn-sdk-docker-build.yaml")
-    assert {j["soc"] for j in job["strategy"]["matrix"]["include"]} == {"SM8550", "SM8650", "SM8750", "SM8850",
-                                                                       "QCS9100"}
-    assert "workflow_call" in export[True]  # yaml reads the `on:` key as True
+    # the chip jobs come from the precompile job's plan, at most 256 per matrix
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.precompile.outputs.jobs1) }}"
+    from ci_tools.workflows.jobs import model_jobs
+
+    (shard,) = model_jobs(loaded, "silero-vad").shards
+    assert {j["soc"] for j in shard} == {"SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"}
+    assert list(export[True]) == ["workflow_call"]  # yaml reads the `on:` key as True; called for every model
+    thin = yaml.safe_load(files[Path(".github/workflows/export-silero-vad-qnn.yaml")])
+    assert list(thin[True]) == ["workflow_dispatch"] and thin["jobs"]["export"]["with"]["model"] == "silero-vad"
     # a push to main compiles one chip; the full matrix runs from release.yaml (full: true) or by hand
     after = "${{ !cancelled() && needs.precompile.result == 'success' && "  # the image job may be the caller's
-    assert job["if"] == after + "(inputs.full || github.event_name == 'workflow_dispatch') }}"
+    assert job["if"] == after + ("needs.precompile.outputs.jobs1 != '' && "
+                                 "(inputs.full || github.event_name == 'workflow_dispatch') }}")
     smoke = export["jobs"]["smoke"]
     assert smoke["if"] == after + "github.event_name == 'push' && !inputs.full }}"
     assert smoke["steps"][-1]["run"].count("--soc ") == 1
     release = yaml.safe_load(files[Path(".github/workflows/release.yaml")])
-    assert release[True]["push"]["tags"] == ["v*"] and release["concurrency"]["cancel-in-progress"] is False
-    assert release["jobs"]["package"]["needs"] == ["image", "export-rapidocr", "export-silero-vad", "device-numbers"]
+    # a linked part's tag (v1.2.0-part2) never starts a release of its own
+    assert release[True]["push"]["tags"] == ["v*", "!*-part[0-9]*"]
+    assert release["concurrency"]["cancel-in-progress"] is False
+    assert release["jobs"]["package"]["needs"] == ["image", "export", "device-numbers"]
     # package goes ahead without device numbers (no token, an outage), never without a build job
     assert release["jobs"]["package"]["if"] == ("${{ !cancelled() && needs.image.result == 'success' && "
-                                                "needs.export-rapidocr.result == 'success' && "
-                                                "needs.export-silero-vad.result == 'success' }}")
-    assert release["jobs"]["device-numbers"]["needs"] == ["image", "export-rapidocr", "export-silero-vad"]
+                                                "needs.export.result == 'success' }}")
+    assert release["jobs"]["device-numbers"]["needs"] == ["image", "export"]
     assert release["jobs"]["publish"]["needs"] == ["package", "attest"]  # attested before anything is public
-    assert release["jobs"]["export-silero-vad"]["uses"].endswith("export-silero-vad-qnn.yaml")
-    assert release["jobs"]["export-silero-vad"]["needs"] == ["image"]
+    assert release["jobs"]["export"]["uses"].endswith("/qnn-export.yaml")
+    assert release["jobs"]["export"]["strategy"]["matrix"]["model"] == ["rapidocr", "silero-vad"]
+    assert release["jobs"]["export"]["needs"] == ["image"]
     package_run = " ".join(s.get("run", "") for s in release["jobs"]["package"]["steps"])
     assert "--from-store" in package_run and "--require-verified" in package_run
     # the first tag's run ends green: no job of a tag's run deploys to github-pages, which GitHub lets only the
@@ -114,9 +125,9 @@ def test_every_generated_file_has_the_header_and_structure():
     assert evaluate(pre, own) and not evaluate(pre, {"needs.image.result": "failure"})
     assert evaluate(pre, {"inputs.image": "ghcr.io/a/qnn-sdk:t@sha256:" + "c" * 64, "needs.image.result": "skipped"})
     main = yaml.safe_load(files[Path(".github/workflows/main.yaml")])  # one image job per run, for every export
-    calls = [j for j in main["jobs"].values() if j.get("uses", "").endswith("-qnn.yaml")]
-    assert len(calls) == 2 and all(j["with"] == {"full": False, "image": "${{ needs.image.outputs.pinned }}"}
-                                   for j in calls)
+    calls = [j for j in main["jobs"].values() if j.get("uses", "").endswith("qnn-export.yaml")]
+    assert len(calls) == 1 and calls[0]["with"] == {"model": "${{ matrix.model }}", "full": False,
+                                                    "image": "${{ needs.image.outputs.pinned }}"}
     assert not any("push" in yaml.safe_load(t)[True] for p, t in files.items() if p.name.startswith("export-"))
     pin = yaml.safe_load(files[Path(".github/workflows/sdk-pin.yaml")])
     assert pin[True]["push"]["branches"] == ["main"]
@@ -133,12 +144,18 @@ def test_every_generated_file_has_the_header_and_structure():
         assert "if: ${{ failure() }}" not in text, rel
 
 
-def test_shards_split_at_256():
-    jobs = [{"soc": f"S{i:04d}", "precision": "fp16"} for i in range(600)]
-    parts = shards(jobs)
-    assert [len(p["include"]) for p in parts] == [256, 256, 88]
-    assert [p["job"] for p in parts] == ["compile", "compile-2", "compile-3"]
-    assert sorted(j["soc"] for p in parts for j in p["include"]) == sorted(j["soc"] for j in jobs)
+def test_a_models_jobs_split_at_256():
+    from types import SimpleNamespace as NS
+
+    from ci_tools.workflows.jobs import model_jobs
+
+    model = NS(name="m", options=NS(fan_out="chip"))
+    targets = [NS(model=model, graph="g", soc=NS(name=f"S{i:04d}"), precision="fp16") for i in range(600)]
+    jobs = model_jobs(None, "m", targets)
+    assert [len(s) for s in jobs.shards] == [256, 256, 88]
+    assert sorted(j["soc"] for s in jobs.shards for j in s) == sorted(t.soc.name for t in targets)
+    out = jobs.outputs()
+    assert out["shards"] == "3" and len(json.loads(out["jobs3"])["include"]) == 88 and out["smoke_soc"] == "S0000"
 
 
 def test_jobs_holding_write_tokens_install_exact_versions():

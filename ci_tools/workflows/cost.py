@@ -1,0 +1,188 @@
+"""``qnn-release plan --github``: what a release of the matrix costs on GitHub Actions, before it runs.
+
+From the matrix: every job a release runs (image, one precompile per model, one compile job per model, chip and
+precision in matrices of at most 256, device numbers, package, attest, publish), how long each takes (measured
+target times from a build report where there is one, a stated default where not), the runner minutes, and the
+wall time at a concurrency (GitHub's free plan runs 20 jobs at once; paid plans more) by simulating the
+scheduler: a job starts when what it needs is done and a runner is free, longest first. What it cannot know it
+says: queueing, image pulls, cache misses.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..matrix.schema import LoadedMatrix
+from .jobs import model_jobs
+
+# defaults where nothing was measured, stated in the output: a job's fixed cost (runner start, container pull,
+# checkout, pip install, artifact transfer), a precompile, a target's compile + verification, the release tail
+JOB_OVERHEAD_MIN = 3.0
+PRECOMPILE_MIN = 8.0
+TARGET_MIN = 4.0
+TAIL_MIN = {"image": 6.0, "device-numbers": 20.0, "package": 8.0, "attest": 2.0, "publish": 5.0}
+# GitHub's secondary rate limits (REST API docs, "About secondary rate limits"): "no more than 80 content-generating
+# requests per minute and no more than 500 content-generating requests per hour"; an asset upload creates content
+UPLOADS_PER_HOUR = 500
+JOB_MAX_MIN = 360  # a GitHub-hosted job is cancelled after 6 hours (Actions limits); publish resumes when re-run
+
+
+@dataclass
+class Job:
+    name: str
+    minutes: float
+    needs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    jobs: int
+    compile_jobs: int
+    matrices: int
+    runner_minutes: float
+    wall_minutes: float
+    waves: int
+    concurrency: int
+    measured_targets: int
+    targets: int
+    assets: int
+    releases: int
+    publish_minutes: float
+    publish_runs: int
+
+    def as_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def measured_minutes(report: Path | None) -> dict[str, float]:
+    """Target id -> minutes it took (compile + verification), from a build report."""
+    if report is None:
+        return {}
+    try:
+        data = json.loads(Path(report).read_text())
+    except (OSError, ValueError):
+        from ..errors import UsageError
+
+        raise UsageError(f"--measured {report}: not a readable build-report.json",
+                         hint="give the build-report.json of a build of this matrix") from None
+    targets = data.get("targets") if isinstance(data, dict) else None
+    if not isinstance(targets, list):
+        from ..errors import UsageError
+
+        raise UsageError(f"--measured {report}: no list of targets in it", hint="give a build-report.json")
+    return {t["id"]: float(t["seconds"]) / 60 for t in targets if isinstance(t, dict)
+            and isinstance(t.get("seconds"), (int, float)) and t.get("status") in ("ok", "cached")}
+
+
+def release_jobs(loaded: LoadedMatrix, targets, measured: dict[str, float]) -> tuple[list[Job], int]:
+    """Every job of a release run with its minutes, and how many targets had a measured time."""
+    jobs = [Job("image", TAIL_MIN["image"])]
+    hits = 0
+    compile_names = []
+    grouped: dict[str, list] = {}
+    for t in targets:
+        grouped.setdefault(t.model.name, []).append(t)
+    for model, mine in sorted(grouped.items()):
+        pre = f"{model}/precompile"
+        jobs.append(Job(pre, JOB_OVERHEAD_MIN + PRECOMPILE_MIN, ["image"]))
+        by_job: dict[str, float] = {}
+        for shard in model_jobs(loaded, model, mine).shards:
+            for j in shard:
+                by_job[j["tag"]] = 0.0
+        fan = mine[0].model.options.fan_out
+        for t in mine:
+            tag = "-".join(x for x in (t.soc.name, t.precision, t.graph if fan == "target" else "") if x)
+            if t.id in measured:
+                hits += 1
+            by_job[tag] += measured.get(t.id, TARGET_MIN)
+        for tag, minutes in sorted(by_job.items()):
+            jobs.append(Job(f"{model}/{tag}", JOB_OVERHEAD_MIN + minutes, [pre]))
+            compile_names.append(f"{model}/{tag}")
+    builds = [j.name for j in jobs if j.name != "image"]
+    jobs += [Job("device-numbers", TAIL_MIN["device-numbers"], builds), Job("package", TAIL_MIN["package"], builds),
+             Job("attest", TAIL_MIN["attest"], ["package"]),
+             Job("publish", max(TAIL_MIN["publish"], 60.0 * uploads(targets) / UPLOADS_PER_HOUR), ["attest"])]
+    return jobs, hits
+
+
+def uploads(targets) -> int:
+    """Files a release uploads: one archive per model, chip and precision, the runtime libraries and headers, the
+    manifest, SHA256SUMS, notes, page and sh client (pieces of a file over 2 GiB not counted)."""
+    return len({(t.model.name, t.soc.name, t.precision) for t in targets}) + 2 + 5
+
+
+def simulate(jobs: list[Job], concurrency: int) -> float:
+    """Wall minutes: each job starts when its needs are done and one of ``concurrency`` runners is free (in the
+    order jobs become ready, the longer first among equals)."""
+    done: dict[str, float] = {}
+    waiting = {j.name: j for j in jobs}
+    runners = [0.0] * concurrency
+    ready: list[tuple[float, float, str]] = []  # (available at, -minutes, name): first come, longest first
+    clock = 0.0
+    while waiting or ready:
+        for name, j in list(waiting.items()):
+            if all(n in done for n in j.needs):
+                heapq.heappush(ready, (max([done[n] for n in j.needs], default=0.0), -j.minutes, name))
+                del waiting[name]
+        if not ready:
+            break
+        at, neg, name = heapq.heappop(ready)
+        free = heapq.heappop(runners) if len(runners) == concurrency else 0.0
+        start = max(free, at)
+        end = start + (-neg)
+        heapq.heappush(runners, end)
+        done[name] = end
+        clock = max(clock, end)
+    return clock
+
+
+def estimate(loaded: LoadedMatrix, targets, concurrency: int = 20, measured: dict[str, float] | None = None
+             ) -> tuple[Estimate, list[Job]]:
+    from ..release.layout import RESERVED
+
+    measured = measured or {}
+    jobs, hits = release_jobs(loaded, targets, measured)
+    compile_jobs = [j for j in jobs if "/" in j.name and not j.name.endswith("/precompile")]
+    grouped: dict[str, list] = {}
+    for t in targets:
+        grouped.setdefault(t.model.name, []).append(t)
+    matrices = sum(len(model_jobs(loaded, m, mine).shards) for m, mine in grouped.items())
+    archives = len({(t.model.name, t.soc.name, t.precision) for t in targets})
+    limit = loaded.matrix.release.max_assets
+    files = archives + 2 + RESERVED  # the archives, qnn-libs and qnn-include, the tag's own files
+    releases = 1 if files <= limit else 1 + math.ceil((files - limit) / limit)
+    publish = next(j.minutes for j in jobs if j.name == "publish")
+    return Estimate(publish_minutes=round(publish, 1), publish_runs=math.ceil(publish / JOB_MAX_MIN),
+                    jobs=len(jobs), compile_jobs=len(compile_jobs), matrices=matrices,
+                    runner_minutes=round(sum(j.minutes for j in jobs), 1),
+                    wall_minutes=round(simulate(jobs, concurrency), 1),
+                    waves=math.ceil(len(compile_jobs) / concurrency), concurrency=concurrency,
+                    measured_targets=hits, targets=len(targets), assets=archives + 2, releases=releases), jobs
+
+
+def render_text(e: Estimate) -> str:
+    hours = e.wall_minutes / 60
+    lines = [
+        f"{e.jobs} jobs in a release run: 1 image, one precompile per model, {e.compile_jobs} compile jobs in "
+        f"{e.matrices} matrices (at most 256 each), device numbers, package, attest, publish",
+        f"runner minutes: {e.runner_minutes:,.0f} ({e.runner_minutes / 60:,.1f} runner hours)",
+        f"wall time at {e.concurrency} concurrent jobs: about {e.wall_minutes:,.0f} min ({hours:.1f} h); the compile "
+        f"jobs run in about {e.waves} waves",
+        f"job times: {e.measured_targets} of {e.targets} targets measured (--measured build-report.json), the rest "
+        f"{TARGET_MIN:g} min each; every job +{JOB_OVERHEAD_MIN:g} min (runner, image pull, install), a precompile "
+        f"{PRECOMPILE_MIN:g} min",
+        f"release: {e.assets} archives and libraries in {e.releases} GitHub release(s) (at most 1,000 assets each); "
+        f"publishing them takes about {e.publish_minutes:,.0f} min at GitHub's {UPLOADS_PER_HOUR} uploads per hour"
+        + (f", more than a job's 6 h: run publish {e.publish_runs} times (each run resumes; nothing is visible "
+           "before the last)" if e.publish_runs > 1 else ""),
+        "not counted: queueing for runners, GitHub outages, cache misses; GitHub cancels a job after 6 h and a run "
+        "after 35 days",
+    ]
+    if e.jobs > 50_000:
+        lines.append("over GitHub's 50,000 jobs per run (check runs per check suite): `render` refuses it; release "
+                     "the catalogue from several matrices")
+    return "\n".join(lines)
