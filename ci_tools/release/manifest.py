@@ -109,7 +109,7 @@ class Manifest(BaseModel):
     parts: list[str] = Field(default=[], description="the tags of the linked releases that hold the assets this "
                              "release cannot (GitHub: 1,000 assets per release), in order; this manifest, in the "
                              "release of `tag`, says which asset is in which (an asset's `release`)")
-    assets: list[Asset] = Field(description="the runtime libraries first, then by name")
+    assets: list[Asset] = Field(description="sorted by name")
 
 
 def manifest_json(manifest: Manifest) -> dict:

@@ -30,6 +30,8 @@ def previous_manifest(repo: str, tag: str, out: Path, *, token: str | None, api_
                           key=lambda r: tag_version(r["tag_name"]), reverse=True)
     for rel in releases:
         asset = next((a for a in rel.get("assets", []) if a["name"] == "manifest.json"), None)
+        if asset is None:  # a release listing may carry only some assets (a catalogue has ~1,000): page them
+            asset = next((a for a in gh.assets(rel["id"]) if a["name"] == "manifest.json"), None)
         if asset is None:
             continue
         r = gh.call("GET", asset["url"], f"download manifest.json of {rel['tag_name']}",
