@@ -108,6 +108,10 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     cells = {row[0].split("Snapdragon")[0].strip(): row[1:] for row in fp16["rows"][1:]}
     assert set(cells) == {"SM8750", "SM8550"}  # catalog order: SM8550 first
     assert [r[0][:6] for r in fp16["rows"][1:]] == ["SM8550", "SM8750"]
+    # a long grid: every chip is one link away (the row's anchor), without a script
+    html = (release / "index.html").read_text()
+    for chip in ("sm8550", "sm8750"):
+        assert f'href="#grid-fp16-{chip}"' in html and f'<tr id="grid-fp16-{chip}">' in html
     alpha_8750, broken_8750 = cells["SM8750"]
     # the three honest verdicts: this fixture's model has no real samples
     assert "✓? verified on generated inputs only" in alpha_8750 and "HTP" not in alpha_8750
