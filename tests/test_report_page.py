@@ -112,6 +112,7 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     html = (release / "index.html").read_text()
     for chip in ("sm8550", "sm8750"):
         assert f'href="#grid-fp16-{chip}"' in html and f'<tr id="grid-fp16-{chip}">' in html
+    assert 'href="#chart-alpha-fp16"' in html and '<section id="chart-alpha-fp16"' in html  # a model's chips
     alpha_8750, broken_8750 = cells["SM8750"]
     # the three honest verdicts: this fixture's model has no real samples
     assert "✓? verified on generated inputs only" in alpha_8750 and "HTP" not in alpha_8750
