@@ -30,6 +30,11 @@ class InterruptingBackend(OrtBackend):
 
                 isolated.call(native_hang, os.environ["TEST_BACKEND_MARKER"], what=f"compiling {job.target_id}",
                               heartbeat=0.2)
+            if mode == "worker-hang":  # deaf to SIGTERM in the worker itself (an emulator run in native code)
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                Path(os.environ["TEST_BACKEND_MARKER"]).write_text(str(os.getpid()))
+                while True:
+                    time.sleep(0.05)
             if mode == "interrupt":
                 raise KeyboardInterrupt
             raise CompileError(f"{job.target_id}: simulated compiler crash")

@@ -36,6 +36,18 @@ def test_native_compile_is_stopped_and_shows_it_is_alive(tmp_path, how, jobs):
     assert not _alive(helper), "the helper process outlived the build"
 
 
+def test_a_worker_deaf_to_sigterm_is_killed_and_its_work_folder_removed(tmp_path):
+    """A worker stuck in native code that ignores SIGTERM (an emulator run) is killed after the grace period; its
+    finally blocks never ran, and the build still leaves no hidden work folder (which held half a binary): the
+    build removes the half-written folders of an interrupted run."""
+    marker, _ = _interrupted(tmp_path, "sigterm", "worker-hang", jobs=2)
+    worker = int(marker.read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.05)
+    assert not _alive(worker), "the worker outlived the build"
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
