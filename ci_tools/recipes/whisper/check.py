@@ -413,7 +413,7 @@ def _run(pending: list[ChipJob], jobs: int, progress, model: str):
         clips = sum(len(w["paths"]) for j in pending for w in j.clips)
         progress.info(f"{model}: transcribing {clips} clip(s) in {windows_} window(s) on the HTP emulator for "
                       f"{len(pending)} chip build(s) (minutes per window: one encoder run each)")
-    if jobs <= 1 or len(pending) == 1:
+    if jobs <= 1:  # one chip too runs in the pool: an interrupt stops it within seconds
         for job in pending:
             yield job, _safe(job)
         return
