@@ -57,6 +57,9 @@ class BuildSettings:
     cache: Path | None = None  # None: ``default_cache()``
     precompile_only: bool = False
     from_store: bool = False
+    # every target in a worker process, -j 1 too (the CLI): an interrupt stops an emulator run within seconds;
+    # the Python API runs -j 1 in its own process
+    isolate: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +93,7 @@ def build(loaded: LoadedMatrix, settings: BuildSettings, pick: TargetFilter | No
         run = _Run(loaded=loaded, route=route, backend=settings.backend, sdk=route.sdk_version(),
                    cache=settings.cache or default_cache(), out=out, force=settings.force,
                    progress=progress or Progress(len(targets)), precompile_only=settings.precompile_only,
-                   from_store=settings.from_store, started=started, when=when)
+                   from_store=settings.from_store, started=started, when=when, isolate=settings.isolate)
         report = _build(run, targets, planned.refused, settings.jobs)
         report.refused = [r.as_dict() for r in planned.refused]
         return report
@@ -193,6 +196,7 @@ class _Run:
     exports: dict[str, Path] = field(default_factory=dict)  # models with a recipe: their export folder
     prepare_seconds: float = 0.0
     precompile_seconds: float = 0.0
+    isolate: bool = False
 
     def __post_init__(self) -> None:
         self.work = self.cache / "work"
@@ -358,7 +362,7 @@ class _Run:
     def compile_all(self, jobs: int) -> bool:
         """Run every job; True when interrupted (the targets not finished are recorded as such)."""
         try:
-            for record in run_all(self.specs, jobs, self.progress):
+            for record in run_all(self.specs, jobs, self.progress, isolate=self.isolate):
                 self.records[record.id] = record
                 self.progress.finished(record)
         except KeyboardInterrupt:

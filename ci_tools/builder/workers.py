@@ -11,11 +11,13 @@ from ..util.isolated import as_finished, stoppable, worker_pool
 from .progress import Progress
 
 
-def run_all(specs: list[TargetSpec], jobs: int, progress: Progress) -> Iterator[TargetRecord]:
-    """Each target's record as its job ends (in the order they end)."""
+def run_all(specs: list[TargetSpec], jobs: int, progress: Progress, isolate: bool = False
+            ) -> Iterator[TargetRecord]:
+    """Each target's record as its job ends (in the order they end); in worker processes unless one job runs
+    in this process (``jobs`` 1 and not ``isolate``)."""
     if not specs:
         return
-    if jobs <= 1:
+    if jobs <= 1 and not isolate:
         for s in specs:
             progress.running([s.target_id])
             yield run_target(s)

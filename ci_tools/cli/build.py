@@ -23,7 +23,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.precompile_only and (args.package or args.from_store):
         raise UsageError("--precompile-only compiles nothing: it cannot be combined with --package or --from-store")
     settings = BuildSettings(out=args.out, backend=args.backend, jobs=args.jobs, force=args.force, cache=args.cache,
-                             precompile_only=args.precompile_only, from_store=args.from_store)
+                             precompile_only=args.precompile_only, from_store=args.from_store,
+                             isolate=True)  # -j 1 too: a stop reaches an emulator run within seconds
     report = build(loaded, settings, TargetFilter(model=args.model, soc=args.soc, precision=args.precision,
                                                   graph=args.graph))
     if args.precompile_only:
