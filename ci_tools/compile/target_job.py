@@ -300,8 +300,10 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     ss = spec.sample_set
     if ss is not None and ss.stream is not None:
         cpu = cpu_session(spec.prepared.path)
-        reference = [run_stream(lambda f: cpu.run(None, f), steps, ss.stream.carry, names)[1]
-                     for _, steps in ss.streams]
+        ran = [run_stream(lambda f: cpu.run(None, f), steps, ss.stream.carry, names) for _, steps in ss.streams]
+        reference = [outs for _, outs in ran]
+        # each step as CPU fed it (its carried state): what a failure is bisected on
+        step_feeds = {f"{name} step {i}": f for (name, _), (fed, _) in zip(ss.streams, ran) for i, f in enumerate(fed)}
         start = time.monotonic()
         try:
             with backend.stepper(job, result) as step:
@@ -311,8 +313,12 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)
         how = Judging(precision=spec.precision, inputs_note=inputs_note, slices=spec.options.slices, stream=ss.stream)
-        v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th,
-                          total / max(1, steps), how)
+        try:
+            v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th,
+                              total / max(1, steps), how)
+        except VerifyError as e:  # bisected on the worst step, fed the state CPU carried into it
+            bisect_failure(spec, job, result, e, step_feeds, th)
+            raise
         return v, total
     if ss is not None:
         feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]
