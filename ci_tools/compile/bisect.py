@@ -131,15 +131,9 @@ class _Probe:
         cpu = dict(zip(want, cpu_session(path).run(want, self.feed)))
         options = qnn_ep.htp_options(self.soc.soc_model, self.soc.htp_arch, fp16=not self.quantized)
         self.compiles += 1
-        ctx, _ = qnn_ep.compile_context(path, folder, "probe", options, log=folder / "compile.log")
-        ort, _ = qnn_ep._ort()
-        so = qnn_ep.session_options(allow_cpu_fallback=False, options=options)
-        with qnn_ep.native_log(folder / "emulator.log"):
-            sess = ort.InferenceSession(str(ctx), sess_options=so)
-            names_in_stub = [o.name for o in sess.get_outputs()]
-            feed = {i.name: self.feed[i.name] for i in sess.get_inputs() if i.name in self.feed}
-            got = sess.run(None, feed)
-        htp = dict(zip(names_in_stub, got)) if set(want) <= set(names_in_stub) else dict(zip(want, got))
+        htp = qnn_ep.compile_and_run(path, folder, options, self.feed)
+        if not set(want) <= set(htp):  # a stub that renamed its outputs keeps their order
+            htp = dict(zip(want, htp.values()))
         return cpu, htp
 
 

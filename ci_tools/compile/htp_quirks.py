@@ -60,16 +60,11 @@ def run_probe(probe: Probe, soc_model: int, htp_arch: int) -> float:
     graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    ort, _ = qnn_ep._ort()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "probe.onnx"
         onnx.save(model, str(src))
-        options = qnn_ep.htp_options(soc_model, htp_arch, fp16=True)
-        ctx, _ = qnn_ep.compile_context(src, Path(tmp), "probe", options, log=Path(tmp) / "compile.log")
-        so = qnn_ep.session_options(allow_cpu_fallback=False, options=options)
-        with qnn_ep.native_log(Path(tmp) / "run.log"):
-            sess = ort.InferenceSession(str(ctx), sess_options=so)
-            y = sess.run(None, {"x": np.full(shape, probe.x, dtype=np.float32)})[0]
+        (y,) = qnn_ep.compile_and_run(src, Path(tmp), qnn_ep.htp_options(soc_model, htp_arch, fp16=True),
+                                      {"x": np.full(shape, probe.x, dtype=np.float32)}).values()
     return float(np.asarray(y).ravel()[0])
 
 
@@ -138,10 +133,6 @@ def run_layer_probe(probe: LayerProbe, soc_model: int, htp_arch: int, fixed: boo
         onnx.save(probe.model(fixed), str(src))
         x = {"x": np.random.default_rng(1).standard_normal((1, probe.channels, 1, probe.length)).astype(np.float32)}
         ref = ort_cpu.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, x)[0]
-        options = qnn_ep.htp_options(soc_model, htp_arch, fp16=True)
-        ctx, _ = qnn_ep.compile_context(src, Path(tmp), "probe", options, log=Path(tmp) / "compile.log")
-        ort, _ = qnn_ep._ort()
-        so = qnn_ep.session_options(allow_cpu_fallback=False, options=options)
-        with qnn_ep.native_log(Path(tmp) / "run.log"):
-            got = ort.InferenceSession(str(ctx), sess_options=so).run(None, x)[0]
+        (got,) = qnn_ep.compile_and_run(src, Path(tmp), qnn_ep.htp_options(soc_model, htp_arch, fp16=True),
+                                        x).values()
     return float(compare(ref, got).cosine)

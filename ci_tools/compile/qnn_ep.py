@@ -174,6 +174,19 @@ def _compile_here(model: str, options: dict, context_path: str, allow_cpu_fallba
     return None
 
 
+def compile_and_run(model: Path, folder: Path, options: dict, feed: dict) -> dict:
+    """``model`` compiled for the chip in ``options`` into ``folder`` and run once on the HTP emulator: its outputs by
+    the stub's names (the probes, bisect; the logs stay in ``folder``)."""
+    ort, _ = _ort()
+    ctx, _ = compile_context(model, folder, "probe", options, log=folder / "compile.log")
+    so = session_options(allow_cpu_fallback=False, options=options)
+    with native_log(folder / "emulator.log"):
+        sess = ort.InferenceSession(str(ctx), sess_options=so)
+        names = [o.name for o in sess.get_outputs()]
+        got = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs() if i.name in feed})
+    return dict(zip(names, got))
+
+
 def cpu_nodes_when_falling_back(model: Path, options: dict) -> list[tuple[str, str]]:
     """Compile once more with CPU fallback allowed: every non-EPContext node stayed on CPU.
 

@@ -252,12 +252,17 @@ def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: s
     return feed
 
 
-def _npz_feed(path: Path, name: str, inputs, what: str) -> dict[str, np.ndarray]:
+def _npz_arrays(path: Path, name: str, what: str) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise ConfigError(f"{what}: {name} is not a readable .npz: {e}") from None
+    return arrays
+
+
+def _npz_feed(path: Path, name: str, inputs, what: str) -> dict[str, np.ndarray]:
+    arrays = _npz_arrays(path, name, what)
     feed = {}
     for t in inputs:
         if t.name not in arrays:
@@ -272,11 +277,7 @@ def _npz_feed(path: Path, name: str, inputs, what: str) -> dict[str, np.ndarray]
 def _npz_steps(path: Path, name: str, inputs, carried: set[str], what: str) -> list[dict[str, np.ndarray]]:
     """A stream from one .npz: arrays [steps, *shape] give each step its value, arrays shaped as the input are
     fed at every step, and a carried input left out starts at zeros (run_stream feeds it after that)."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{what}: {name} is not a readable .npz: {e}") from None
+    arrays = _npz_arrays(path, name, what)
     per_step, counts = {}, set()
     for t in inputs:
         a = arrays.get(t.name)

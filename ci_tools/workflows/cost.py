@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..matrix.schema import LoadedMatrix
-from .jobs import model_jobs
+from .jobs import MAX_JOBS, by_model, job_tag
 
 # defaults where nothing was measured, stated in the output: a job's fixed cost (runner start, container pull,
 # checkout, pip install, artifact transfer), a precompile, a target's compile + verification, the release tail
@@ -78,35 +78,25 @@ def measured_minutes(report: Path | None) -> dict[str, float]:
             and isinstance(t.get("seconds"), (int, float)) and t.get("status") in ("ok", "cached")}
 
 
-def release_jobs(loaded: LoadedMatrix, targets, measured: dict[str, float]) -> tuple[list[Job], int]:
-    """Every job of a release run with its minutes, and how many targets had a measured time."""
+def release_jobs(targets, measured: dict[str, float]) -> tuple[list[Job], int, int]:
+    """Every job of a release run with its minutes, how many targets had a measured time, and how many compile
+    matrices (of at most 256 jobs) the models need."""
     jobs = [Job("image", TAIL_MIN["image"])]
-    hits = 0
-    compile_names = []
-    grouped: dict[str, list] = {}
-    for t in targets:
-        grouped.setdefault(t.model.name, []).append(t)
-    for model, mine in sorted(grouped.items()):
+    hits = matrices = 0
+    for model, mine in sorted(by_model(targets).items()):
         pre = f"{model}/precompile"
         jobs.append(Job(pre, JOB_OVERHEAD_MIN + PRECOMPILE_MIN, ["image"]))
         by_job: dict[str, float] = {}
-        for shard in model_jobs(loaded, model, mine).shards:
-            for j in shard:
-                by_job[j["tag"]] = 0.0
-        fan = mine[0].model.options.fan_out
         for t in mine:
-            tag = "-".join(x for x in (t.soc.name, t.precision, t.graph if fan == "target" else "") if x)
-            if t.id in measured:
-                hits += 1
-            by_job[tag] += measured.get(t.id, TARGET_MIN)
-        for tag, minutes in sorted(by_job.items()):
-            jobs.append(Job(f"{model}/{tag}", JOB_OVERHEAD_MIN + minutes, [pre]))
-            compile_names.append(f"{model}/{tag}")
+            hits += t.id in measured
+            by_job[job_tag(t)] = by_job.get(job_tag(t), 0.0) + measured.get(t.id, TARGET_MIN)
+        matrices += math.ceil(len(by_job) / MAX_JOBS)
+        jobs += [Job(f"{model}/{tag}", JOB_OVERHEAD_MIN + minutes, [pre]) for tag, minutes in sorted(by_job.items())]
     builds = [j.name for j in jobs if j.name != "image"]
     jobs += [Job("device-numbers", TAIL_MIN["device-numbers"], builds), Job("package", TAIL_MIN["package"], builds),
              Job("attest", TAIL_MIN["attest"], ["package"]),
              Job("publish", max(TAIL_MIN["publish"], 60.0 * uploads(targets) / UPLOADS_PER_HOUR), ["attest"])]
-    return jobs, hits
+    return jobs, hits, matrices
 
 
 def uploads(targets) -> int:
@@ -145,12 +135,8 @@ def estimate(loaded: LoadedMatrix, targets, concurrency: int = 20, measured: dic
     from ..release.layout import RESERVED
 
     measured = measured or {}
-    jobs, hits = release_jobs(loaded, targets, measured)
+    jobs, hits, matrices = release_jobs(targets, measured)
     compile_jobs = [j for j in jobs if "/" in j.name and not j.name.endswith("/precompile")]
-    grouped: dict[str, list] = {}
-    for t in targets:
-        grouped.setdefault(t.model.name, []).append(t)
-    matrices = sum(len(model_jobs(loaded, m, mine).shards) for m, mine in grouped.items())
     archives = len({(t.model.name, t.soc.name, t.precision) for t in targets})
     limit = loaded.matrix.release.max_assets
     files = archives + 2 + RESERVED  # the archives, qnn-libs and qnn-include, the tag's own files

@@ -27,6 +27,19 @@ class ModelJobs:
                 "smoke_precision": self.smoke["precision"]}
 
 
+def by_model(targets) -> dict[str, list]:
+    """The targets of each model, in plan order."""
+    out: dict[str, list] = {}
+    for t in targets:
+        out.setdefault(t.model.name, []).append(t)
+    return out
+
+
+def job_tag(t) -> str:
+    """The compile job a target belongs to: chip and precision (and graph, with ``fan_out: target``)."""
+    return "-".join(x for x in (t.soc.name, t.precision, t.graph if t.model.options.fan_out == "target" else "") if x)
+
+
 def model_jobs(loaded: LoadedMatrix, model: str, targets=None) -> ModelJobs:
     targets = [t for t in (targets if targets is not None else plan(loaded)) if t.model.name == model]
     if not targets:
@@ -35,11 +48,8 @@ def model_jobs(loaded: LoadedMatrix, model: str, targets=None) -> ModelJobs:
         raise UsageError(f"--model {model}: no targets in the matrix for it",
                          hint="check the model's chips, precisions and exclude")
     fan = targets[0].model.options.fan_out
-    jobs = {}
-    for t in targets:
-        graph = t.graph if fan == "target" else ""
-        tag = "-".join(x for x in (t.soc.name, t.precision, graph) if x)
-        jobs[tag] = {"soc": t.soc.name, "precision": t.precision, "graph": graph, "tag": tag}
+    jobs = {job_tag(t): {"soc": t.soc.name, "precision": t.precision, "graph": t.graph if fan == "target" else "",
+                         "tag": job_tag(t)} for t in targets}
     ordered = [jobs[k] for k in sorted(jobs)]
     shards = [ordered[i:i + MAX_JOBS] for i in range(0, len(ordered), MAX_JOBS)]
     return ModelJobs(model=model, shards=shards, smoke={"soc": targets[0].soc.name, "precision": targets[0].precision})

@@ -122,7 +122,7 @@ def check_limits(files: dict[Path, str], host: str, where: str) -> dict:
 
 
 def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
-    from .jobs import model_jobs
+    from .jobs import by_model, model_jobs
 
     m = loaded.matrix
     check_names(loaded)
@@ -130,9 +130,7 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
     files: dict[Path, str] = {}
     targets = plan(loaded)
     shard_count, run_jobs = 1, 5  # image, device numbers, package, attest, publish
-    grouped: dict[str, list] = {}
-    for t in targets:
-        grouped.setdefault(t.model.name, []).append(t)
+    grouped = by_model(targets)
     for model in sorted(m.models, key=lambda x: x.name):
         # the export workflow computes the model's jobs at run time (`plan --github-output`); here only how many
         # matrix shards the biggest model needs, and how many jobs a release run has
