@@ -307,3 +307,53 @@ def test_qairt_without_sdk_is_a_clear_error(tmp_path):
     r = run_cli("build", "--backend", "qairt", "--matrix", str(matrix), "--out", str(tmp_path / "d"),
                 env={**env, "QNN_SDK_ROOT": str(tmp_path)})
     assert r.returncode == 11 and "qnn-context-binary-generator" in r.stderr
+
+
+def test_a_stream_past_the_carried_steps_runs_in_one_net_run_fed_cpus_state(tmp_path, sdk):  # #34 item 11
+    """qnn-net-run cannot carry a state from one run to the next inside a process: a 24-step stream carries
+    its own state through the first 16 steps (a process each) and runs the other 8 in one process fed the state
+    CPU carried; every step is judged, the drift after step 16, and the record says so."""
+    from tests.test_real_samples import _path_samples
+
+    (tmp_path / "models").mkdir()
+    models.feature_rnn(tmp_path / "models" / "rnn.onnx")
+    (tmp_path / "feats").mkdir()
+    feat = np.random.default_rng(5).standard_normal((24, 1, 8)).astype(np.float32)
+    np.savez(tmp_path / "feats" / "utt0.npz", feat=feat)
+    model = path_model(tmp_path, "kws", tmp_path / "models" / "rnn.onnx", chips=["SM8750"], precisions=["fp16"])
+    model["samples"] = {**_path_samples(tmp_path, ["feats/utt0.npz"]), "description": "log-mel frames",
+                        "stream": {"carry": {"state_out": "state"}, "max_drift": {"state_out": 0.05}}}
+    runs = tmp_path / "net-runs.log"
+    env = {**_env(tmp_path, sdk), "FAKE_QAIRT_RUN_LOG": str(runs)}
+    out = tmp_path / "dist"
+    r = run_cli("build", "--backend", "qairt", "--matrix", str(write_matrix(tmp_path, [model])), "--out", str(out),
+                env=env)
+    assert r.returncode == 0, r.stderr
+    (t,) = json.loads((out / "build-report.json").read_text())["targets"]
+    assert t["verified"] and t["verify_samples"] == 24
+    assert "first 16 steps" in t["verify_inputs"], t["verify_inputs"]
+    assert t["per_output"]["state_out"]["state_drift_after_steps"] == 16
+    assert runs.read_text().split() == ["1"] * 16 + ["8"]  # inputs per qnn-net-run process
+
+
+@pytest.mark.emulator
+def test_a_qairt_parity_failure_is_bisected_on_the_embedded_route(tmp_path, sdk):  # #34 item 3
+    """A wrong answer on the qairt route is hunted on onnxruntime-qnn's HTP emulator (the same kernels): a graph
+    with a real HTP fault gets its node named; a graph HTP computes right is said to be the converter's doing."""
+    pytest.importorskip("onnxruntime_qnn")
+    (tmp_path / "models").mkdir()
+    dec = models.upsampling_decoder(tmp_path / "models" / "dec.onnx")
+    mlp = models.mlp(tmp_path / "models" / "mlp.onnx", dynamic_batch=False)
+    chips = {"chips": ["SM8750"], "precisions": ["fp16"]}
+    matrix = write_matrix(tmp_path, [path_model(tmp_path, "dec", dec, **chips),
+                                     path_model(tmp_path, "mlp", mlp, **chips)])
+    out = tmp_path / "dist"
+    r = run_cli("build", "--backend", "qairt", "--matrix", str(matrix), "--out", str(out),
+                env={**_env(tmp_path, sdk), "FAKE_QAIRT_WRONG": "1"})
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    t = {t["model"]: t for t in json.loads((out / "build-report.json").read_text())["targets"]}
+    assert t["dec"]["exit_code"] == 7 and "bisected on the embedded route" in t["dec"]["error"], t["dec"]["error"]
+    assert "first divergent node: up (ConvTranspose" in t["dec"]["error"]
+    assert "fixes: [convtranspose-output-padding]" in t["dec"]["error"]
+    assert "what the qairt converter made of the graph" in t["mlp"]["error"], t["mlp"]["error"]
+    assert (out / "failed" / t["mlp"]["id"] / "bisect" / "sample.npz").is_file()

@@ -36,8 +36,8 @@ def recipe_checks(run, jobs: int, interrupted: bool) -> None:
         folders = {r.id: _files(run, r) for r in mine}
         if due:
             check = ChipCheck(loaded=run.loaded, model=model, export=export, groups=due, folders=folders,
-                              cache=run.cache, jobs=jobs, from_store=run.from_store, force=run.force,
-                              progress=run.progress)
+                              cache=run.cache, jobs=jobs, isolate=run.isolate, from_store=run.from_store,
+                              force=run.force, progress=run.progress)
             for r in recipe.check_chips(check):
                 run.records[r.id] = r
         # every target not judged before: as judged now, or as compiled when its chip's graphs are not all built

@@ -393,7 +393,7 @@ def _new_model_and_image_commands(sub) -> None:
     p.set_defaults(func=cmd_image)
 
     p = sub.add_parser("bisect", help="where HTP goes wrong: the first node whose output leaves CPU's on a sample "
-                       "(every parity failure of the ort route runs it too)")
+                       "(every fp16 parity failure, and every one of the ort route, runs it too)")
     p.add_argument("model", type=Path, help="the graph, with static shapes (a failed target's error names its "
                    "prepared graph and sample)")
     p.add_argument("--soc", default="SM8750", help="the chip (default SM8750)")

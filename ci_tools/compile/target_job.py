@@ -175,7 +175,7 @@ def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> Tar
     result, reused = _compile(spec, backend, job)
     inputs_note = spec.inputs_note or generated_inputs_note(spec.prepared.input_ranges)
     if spec.sample_set is not None:
-        inputs_note = spec.sample_set.note
+        inputs_note = spec.sample_set.note + carried_note(backend, spec.sample_set)
     if spec.recipe_check is not None:  # the recipe verifies the chip's graphs together, once all are built
         verification, note = None, spec.recipe_check
         inputs_note = spec.inputs_note or inputs_note
@@ -306,13 +306,13 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         step_feeds = {f"{name} step {i}": f for (name, _), (fed, _) in zip(ss.streams, ran) for i, f in enumerate(fed)}
         start = time.monotonic()
         try:
-            with backend.stepper(job, result) as step:
-                compiled = [run_stream(step, steps, ss.stream.carry, names)[1] for _, steps in ss.streams]
+            compiled, carried = _run_streams(backend, job, result, ss, [fed for fed, _ in ran], names)
         except NoEmulator:
             return None
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)
-        how = Judging(precision=spec.precision, inputs_note=inputs_note, slices=spec.options.slices, stream=ss.stream)
+        how = Judging(precision=spec.precision, inputs_note=inputs_note, slices=spec.options.slices, stream=ss.stream,
+                      carried=carried)
         try:
             v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th,
                               total / max(1, steps), how)
@@ -340,6 +340,44 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     return v, emu_seconds * len(feeds)
 
 
+def _run_streams(backend, job, result, ss, cpu_fed: list[list[dict]], names: list[str]
+                 ) -> tuple[list[list[list[np.ndarray]]], dict[str, int]]:
+    """Every stream on the emulator, carrying its own state through the route's ``carried_steps``; the steps
+    past them (every stream's) in one run fed the state CPU carried into them. Returns the outputs per stream
+    and, for each stream cut so, how many steps it carried (where its drift is judged)."""
+    from .backends import NoEmulator
+
+    limit = backend.carried_steps
+    carried: dict[str, int] = {}
+    compiled: list[list[list[np.ndarray]]] = []
+    with backend.stepper(job, result) as step:
+        for sname, steps in ss.streams:
+            n = len(steps) if limit is None else min(limit, len(steps))
+            compiled.append(run_stream(step, steps[:n], ss.stream.carry, names)[1])
+            if n < len(steps):
+                carried[sname] = n
+    rest = [(i, fed[len(c):]) for i, (c, fed) in enumerate(zip(compiled, cpu_fed)) if len(c) < len(fed)]
+    if rest:
+        ran = backend.run(job, result, [f for _, feeds in rest for f in feeds])
+        if ran is None:
+            raise NoEmulator
+        outs = iter(ran[0])
+        for i, feeds in rest:
+            compiled[i].extend(next(outs) for _ in feeds)
+    return compiled, carried
+
+
+def carried_note(backend, sample_set) -> str:
+    """What a route that cannot carry a stream's state past ``carried_steps`` did instead (said with the
+    inputs); empty when every step was carried."""
+    limit = backend.carried_steps
+    if sample_set is None or sample_set.stream is None or limit is None or \
+            all(len(st) <= limit for _, st in sample_set.streams):
+        return ""
+    return (f"; the {backend.name} route carried each stream's state through its first {limit} steps (drift judged "
+            f"there) and ran the rest in one run fed the state CPU carried")
+
+
 BISECT_WITHIN_SECONDS = 900.0  # a parity failure is bisected when its probe compiles (3 at most) fit in this
 
 
@@ -352,8 +390,10 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
     details = e.details or {}
     worst = (details.get("per_output") or {}).get(details.get("worst_output") or "", {})
     sample = worst.get("sample") if worst.get("sample") in feeds else next(iter(feeds), None)
-    graph = spec.precompiled if spec.precision != "fp16" else spec.prepared.path
-    if spec.backend != "ort" or sample is None or graph is None:
+    embedded = spec.backend == "ort"
+    # the qairt route's w8a16 graph is the converter's own quantization: there is no QDQ ONNX to probe
+    graph = spec.prepared.path if spec.precision == "fp16" else spec.precompiled if embedded else None
+    if sample is None or graph is None:
         return
     import shlex
 
@@ -369,10 +409,15 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
     try:
         b = bisect(graph, feeds[sample], spec.soc, thresholds, sample=sample, quantized=spec.precision != "fp16")
     except Exception as x:  # the failure stands as it is; the hunt is extra
-        e.message += f"; bisect could not run: {str(x).splitlines()[0][:200]}"
+        e.message += f"; bisect could not run: {str(x).splitlines()[0][:200]}; `{again}` repeats it"
         return
     write_json(folder / "bisect.json", b.as_dict())
-    e.message += f"; {b.line()}"
+    if embedded:
+        e.message += f"; {b.line()}"
+    else:  # the same HTP kernels, reached through onnxruntime-qnn, not through the converter's graph
+        e.message += (f"; bisected on the embedded route (onnxruntime-qnn's HTP emulator): {b.line()}"
+                      + ("" if b.first is not None else
+                         "; so the fault is in what the qairt converter made of the graph, not in an HTP kernel"))
     if b.first is not None:  # the node is named: what to do about it, not the generic precision hint
         e.hint = (f"{b.fix}; " if b.fix else "") + f"repeat the hunt: `{again}`"
     e.details = {**details, "bisect": b.as_dict(), "bisect_again": again}

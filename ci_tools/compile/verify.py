@@ -162,6 +162,8 @@ class Judging:
     argmax: dict[str, float] | None = None
     slices: dict[str, dict[str, OutputSlice]] | None = None
     stream: Stream | None = None
+    carried: dict[str, int] | None = None  # stream -> the steps the emulator carried its state through (the rest
+    # fed CPU's state): its drift is judged after them
 
 
 def check(target_id: str, output_names: list[str], reference: list[list[np.ndarray]],
@@ -332,14 +334,22 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
         if name in stream.decisions:
             _decision_flips(d, rr, gg, stream.decisions[name], stream.max_flips)
         if name in stream.carry:  # how far the carried state has drifted at the end of each stream
-            ends = [(float(np.max(np.abs(np.asarray(sr[-1][k], np.float64) - np.asarray(sg[-1][k], np.float64)))),
-                     sname) for sname, sr, sg in zip(streams, reference, compiled) if sr]
-            drift, worst_end = max(ends) if ends else (0.0, None)
+            carried = how.carried or {}
+            ends = []
+            for sname, sr, sg in zip(streams, reference, compiled):
+                if sr:  # the last step the emulator carried its own state into
+                    i = carried.get(sname, len(sr)) - 1
+                    ends.append((float(np.max(np.abs(np.asarray(sr[i][k], np.float64)
+                                                     - np.asarray(sg[i][k], np.float64)))), sname, i + 1))
+            drift, worst_end, at = max(ends) if ends else (0.0, None, 0)
             d["state_drift"] = drift
+            if carried:
+                d["state_drift_after_steps"] = at
             limit = stream.max_drift.get(name)
             if limit is not None and drift > limit:
-                d["failures"].append(f"the carried state drifts {drift:.4g} from CPU by the end of "
-                                     f"{worst_end} (> stream.max_drift {limit})")
+                where = f"after step {at} of {worst_end}" if worst_end in carried else f"by the end of {worst_end}"
+                d["failures"].append(f"the carried state drifts {drift:.4g} from CPU {where} "
+                                     f"(> stream.max_drift {limit})")
         if precision == "fp16":
             garbage = _fp16_garbage(gg)
             if garbage:

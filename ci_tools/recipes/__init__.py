@@ -41,6 +41,7 @@ class ChipCheck:
     folders: dict[str, Path]  # target id -> the folder holding its files
     cache: Path
     jobs: int = 1
+    isolate: bool = False  # every chip's check in a worker process, -j 1 too (the CLI: a stop reaches it in seconds)
     from_store: bool = False  # nothing runs on an emulator: results come from the cache or not at all
     force: bool = False
     progress: Any = None

@@ -11,6 +11,7 @@ seconds a line says the work is alive, with the helper's CPU time and memory, so
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -204,3 +205,17 @@ def as_finished(pending: dict[Future, Any], tick: Callable[[], None] | None = No
         done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
         for f in done:
             yield pending.pop(f), f
+
+
+def map_stoppable(fn: Callable[[Any], Any], items: list, jobs: int, isolate: bool = False) -> Iterator[tuple[Any, Any]]:
+    """(item, fn(item)) in order: in this process when ``jobs`` is 1 and not ``isolate`` (the Python API, where
+    tests patch what ``fn`` calls), else in spawned workers an interrupt stops within seconds (``fn`` must be a
+    module-level function: it is pickled)."""
+    if not items:
+        return
+    if jobs <= 1 and not isolate:
+        for item in items:
+            yield item, fn(item)
+        return
+    with worker_pool(max(1, min(jobs, len(items)))) as pool:
+        yield from zip(items, pool.map(stoppable, itertools.repeat(fn), items))

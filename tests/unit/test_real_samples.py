@@ -266,3 +266,45 @@ def test_every_samples_numbers_agree_with_the_verdict_of_an_argmax_output():
     assert v.passed_by == "argmax"
     assert [(d["sample"], d["passed"], d["judged_by"], d["flip_rate"]) for d in v.per_sample] == [
         ("a.png", True, "argmax", 0.0), ("b.png", True, "argmax", 0.0)]
+
+
+def test_a_route_that_cannot_carry_state_in_one_process_carries_the_first_steps_and_batches_the_rest():
+    """qnn-net-run cannot feed an output back as the next input: past ``carried_steps`` a stream's steps run in
+    ONE process fed the state CPU carried into them (1 + streams x carried processes, not one per step); every
+    step's outputs are judged, and the drift is judged after the carried steps, where the emulator's own state
+    stops."""
+    from types import SimpleNamespace
+
+    from ci_tools.compile.backends import Backend
+    from ci_tools.compile.target_job import _run_streams, carried_note
+    from ci_tools.matrix.schema import Stream
+    from ci_tools.sources.samples import run_stream
+
+    class NetRun(Backend):  # a state update 1 % too large, as an fp16 recurrence may compute it
+        name, carried_steps, calls = "qairt", 4, []
+
+        def run(self, job, result, feeds):
+            NetRun.calls.append(len(feeds))
+            return [[f["x"] * 2, f["state"] * 1.01 + 1] for f in feeds], 0.01
+
+    def cpu(f):
+        return [f["x"] * 2, f["state"] + 1]
+
+    stream = Stream(carry={"stateN": "state"}, max_drift={"stateN": 0.05})
+    steps = [{"x": np.full((1, 2), float(i), np.float32), "state": np.zeros((1, 2), np.float32)} for i in range(10)]
+    ss = SimpleNamespace(streams=[("a.npz", steps), ("b.npz", steps[:3])], stream=stream)
+    ran = [run_stream(cpu, st, stream.carry, ["y", "stateN"]) for _, st in ss.streams]
+    compiled, carried = _run_streams(NetRun(), None, None, ss, [fed for fed, _ in ran], ["y", "stateN"])
+    assert NetRun.calls == [1] * 4 + [1] * 3 + [6]  # a.npz carried 4 steps, b.npz whole, a's last 6 in one run
+    assert carried == {"a.npz": 4} and [len(c) for c in compiled] == [10, 3]
+    # the batched steps were fed CPU's state (step 9: 9 -> 9 * 1.01 + 1), not the emulator's own
+    assert abs(float(compiled[0][9][1][0, 0]) - (9 * 1.01 + 1)) < 1e-5
+    reference = [outs for _, outs in ran]
+    with pytest.raises(Exception, match=r"drifts 0.06\d* from CPU after step 4 of a.npz"):
+        check_streams("rnn", ["y", "stateN"], ["a.npz", "b.npz"], reference, compiled, TH, 0.01,
+                      Judging(stream=stream, carried=carried))
+    v = check_streams("rnn", ["y", "stateN"], ["a.npz", "b.npz"], reference, compiled, TH, 0.01,
+                      Judging(stream=stream.model_copy(update={"max_drift": {}}), carried=carried))
+    assert v.samples == 13 and v.per_output["stateN"]["state_drift_after_steps"] == 4
+    assert "first 4 steps" in carried_note(NetRun(), ss) and carried_note(NetRun(), SimpleNamespace(
+        streams=[("b.npz", steps[:3])], stream=stream)) == ""

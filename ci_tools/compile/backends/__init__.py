@@ -49,6 +49,10 @@ class Backend(Protocol):
     this Protocol to take the defaults)."""
 
     name: str
+    # How many steps of a stream the route runs carrying its own state (``stepper``); None: every step. A route
+    # that starts a process per run (qairt: one qnn-net-run each) carries the first ones and runs the rest in
+    # one batch fed the state CPU carried into them: per-step parity on every step, drift over the carried ones.
+    carried_steps: int | None = None
 
     def sdk_version(self) -> str:
         """Version (with build id) of the toolchain; part of the cache key."""

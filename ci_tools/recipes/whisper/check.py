@@ -9,7 +9,6 @@ transcribes every clip once per model. Results are cached by the targets' keys a
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from ...compile.records import FAILED, GENERATED, REAL, TargetRecord
 from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...sources.store import sha256_file
 from ...util.files import write_json
-from ...util.isolated import stoppable, worker_pool
+from ...util.isolated import map_stoppable
 from ...util.metrics import compare, worst
 from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
@@ -382,7 +381,7 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
         if cpu is None:
             cpu = _cpu_transcripts(check.export, clips, model.verify.language, model.verify.max_tokens)
         pending.append(_job(check, soc, precision, rs, mine, key, cpu))
-    for job, result in _run(pending, check.jobs, check.progress, model.name):
+    for job, result in _run(pending, check.jobs, check.progress, model.name, check.isolate):
         if isinstance(result, ChipResult):
             write_json(store / f"{job.key}.json", result.as_dict())
         results[(job.soc, job.precision)] = result
@@ -405,7 +404,7 @@ def _job(check: ChipCheck, soc: str, precision: str, rs: list[TargetRecord], win
                           "binaries": r.binaries} for r in rs})
 
 
-def _run(pending: list[ChipJob], jobs: int, progress, model: str):
+def _run(pending: list[ChipJob], jobs: int, progress, model: str, isolate: bool = False):
     if not pending:
         return
     if progress is not None:
@@ -413,13 +412,7 @@ def _run(pending: list[ChipJob], jobs: int, progress, model: str):
         clips = sum(len(w["paths"]) for j in pending for w in j.clips)
         progress.info(f"{model}: transcribing {clips} clip(s) in {windows_} window(s) on the HTP emulator for "
                       f"{len(pending)} chip build(s) (minutes per window: one encoder run each)")
-    if jobs <= 1:  # one chip too runs in the pool: an interrupt stops it within seconds
-        for job in pending:
-            yield job, _safe(job)
-        return
-    # spawned (the QNN EP does not survive fork()), and stopped at once on an interrupt
-    with worker_pool(min(jobs, len(pending))) as pool:
-        yield from zip(pending, pool.map(stoppable, itertools.repeat(_safe), pending))
+    yield from map_stoppable(_safe, pending, jobs, isolate)
 
 
 def _safe(job: ChipJob) -> ChipResult | str:

@@ -474,6 +474,9 @@ def net_run():
     tensors = lib["net"]["graph"]["tensors"]
     # [SDK tools.txt:2541-2553] named entries `name:=path`; positional lists too [docs tutorial2.txt:495-498]
     lines = [ln.split() for ln in Path(a.input_list).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    if os.environ.get("FAKE_QAIRT_RUN_LOG"):  # test observation, not a behaviour of the tool: inputs per process
+        with open(os.environ["FAKE_QAIRT_RUN_LOG"], "a") as log:
+            log.write(f"{len(lines)}\n")
     for i, line in enumerate(lines):
         if len(line) != len(lib["inputs"]):
             fail(f"input list line {i + 1} has {len(line)} entries, the graph has {len(lib['inputs'])} inputs")
@@ -525,6 +528,8 @@ def net_run():
                 v = ((q + so["offset"]) * so["scale"]).astype(np.float32)
             elif lib["precision"] == "fp16" or NAMES[t["data_type"]] == "QNN_DATATYPE_FLOAT_16":
                 v = v.astype(np.float16).astype(np.float32)
+            if os.environ.get("FAKE_QAIRT_WRONG"):  # test fault injection, not a behaviour: a wrong answer
+                v = (v[::-1] if v.ndim == 1 else np.flip(v, -1)).astype(np.float32) * -1
             # [SDK IOTensor.cpp:711-770] Result_<i>/<sanitized name>.raw, float32 unless native output
             v = np.ascontiguousarray(v)
             if a.use_native_output_files and qp["definition"] == 1:
