@@ -67,7 +67,7 @@ class TargetRecord:
     weight_scales: str | None = None
     compile_reused: bool | None = None  # the binaries of an earlier compile of the same compile key, judged again
     # the verification
-    verify_kind: str | None = None  # "transcript": verified by what the chip's graphs say together
+    verify_kind: str | None = None  # "transcript"/"speech": verified by what the chip's graphs do together
     verify_inputs: str | None = None
     verified: bool | None = None
     verified_on: str | None = None
@@ -83,6 +83,7 @@ class TargetRecord:
     per_sample: list | None = None
     samples: dict | None = None
     transcript: dict | None = None
+    speech: dict | None = None  # a voice's check: what its chip said, against CPU and as heard (recipes/piper)
     created: str | None = None
     seconds: float | None = None
     # a failure

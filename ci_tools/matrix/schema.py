@@ -259,6 +259,24 @@ class TranscriptVerify(_Frozen):
         "count as verified on real samples; the clips still calibrate and check the export")
 
 
+class SpeechVerify(_Frozen):
+    # a voice's check (its recipe: ``ci_tools.recipes.RECIPES``): a chip's graphs speak sentences, judged against
+    # CPU's audio chunk by chunk and by what a listener (Whisper base on CPU) hears
+    GRAPHS: ClassVar[tuple[str, ...]] = ("decoder", "encoder")
+    kind: Literal["speech"]
+    sentences: str = Field(description="a sentences.yaml (a list `sentences` of texts), relative to the repository")
+    per_chip: int = Field(default=3, ge=1, description="sentences each chip speaks on the HTP emulator (about 20 s "
+                          "per decoder chunk of 3 s of audio): chips take turns through the list; CPU speaks all")
+    min_snr_db: dict[Precision, float] = Field(
+        default={}, description="smallest waveform SNR of a chip's audio against CPU's, per decoder chunk (default "
+        "fp16 20 dB, w8a16 10 dB, int8 5 dB)")
+    max_wer: dict[Precision, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default={}, description="largest word error rate of what the listener hears in the chip's audio against "
+        "what it hears in CPU's audio of the same sentences (default fp16 0.05, w8a16 0.15, int8 0.3)")
+    listener: str = Field(default="listener", description="the export's folder holding the listener's graphs (a "
+                          "Whisper export, run on CPU)")
+
+
 class AudioFrontEnd(_Frozen):
     kind: Literal["audio"]
     input: str = Field(description="the graph input the audio goes to, [1, window] (or [window])")
@@ -349,9 +367,10 @@ class Model(_Frozen):
     chips: list[str] = Field(min_length=1, description="chip names, aliases or groups from matrix/socs.yaml")
     exclude: list[Exclude] = []
     options: Options = Options()
-    verify: TranscriptVerify | None = Field(
-        default=None, description="verify the compiled graphs together by what they transcribe (speech models "
-        "with an encoder and a decoder graph); the per-graph comparison on generated inputs is skipped")
+    verify: Annotated[TranscriptVerify | SpeechVerify, Field(discriminator="kind")] | None = Field(
+        default=None, description="verify the compiled graphs together: by what they transcribe (`transcript`: a "
+        "speech recognizer's encoder and decoder) or by what they say (`speech`: a voice's encoder and decoder, "
+        "heard by a listener); the per-graph comparison on generated inputs is skipped")
     samples: Samples | list[Samples] | None = Field(
         default=None, description="real inputs of the model's kind, from a pinned source with a front end: they "
         "verify every precision (as streams for a stateful graph), calibrate the quantized ones and are checked "
@@ -486,7 +505,7 @@ _COUNT = {1: "one", 2: "two", 3: "three", 4: "four"}
 
 
 def _verify_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
-    if model.verify is not None and model.verify.recordings is not None:
+    if model.verify is not None and getattr(model.verify, "recordings", None) is not None:
         rec = model.verify.recordings
         files = set(_source_files(rec.source)) | set(getattr(rec.source, "join", {}))
         for name in rec.texts:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -118,7 +119,8 @@ class Recipe(Protocol):
         return None
 
 
-RECIPES = {"transcript": "ci_tools.recipes.whisper.recipe:WhisperRecipe"}
+RECIPES = {"transcript": "ci_tools.recipes.whisper.recipe:WhisperRecipe",
+           "speech": "ci_tools.recipes.piper.recipe:PiperRecipe"}
 
 
 def get_recipe(kind: str) -> Recipe:
@@ -141,10 +143,14 @@ def code_digest(argv: list[str]) -> str | None:
     module = next((a for a in argv if a.startswith(f"{__name__}.")), None)
     if module is None:
         return None
-    folder = Path(__file__).resolve().parent / module[len(__name__) + 1:].split(".")[0]
+    here = Path(__file__).resolve().parent
+    folder = here / module[len(__name__) + 1:].split(".")[0]
     if not folder.is_dir():
         return None
+    # the recipes it imports too (a voice's export exports its listener with the Whisper recipe)
+    uses = {folder} | {here / m for f in folder.rglob("*.py")
+                       for m in re.findall(r"^\s*from \.\.(\w+)", f.read_text(), re.M) if (here / m).is_dir()}
     h = hashlib.sha256()
-    for f in sorted(folder.rglob("*.py")):
-        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
+    for f in sorted(f for d in uses for f in d.rglob("*.py")):
+        h.update(f.relative_to(here).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()

@@ -186,6 +186,39 @@ class TranscriptNumbers(_M):
     near_tie_nats: float | None = Field(default=None, description="the bound on CPU's gap for a near-tie")
 
 
+class SpeechSentence(_M):
+    text: str = Field(description="the sentence said")
+    cpu_heard: str = Field(description="what the listener (Whisper base, CPU) hears in CPU's audio of it")
+    htp_heard: str = Field(description="what the listener hears in this archive's binaries' audio (HTP emulator)")
+    wer_vs_cpu: float
+    wer: float = Field(description="word error rate of what is heard in the HTP audio against the sentence")
+    audio_seconds: float
+    decoder_runs: int
+    worst_chunk_snr_db: float | None = Field(description="the worst decoder window's SNR against CPU on the same input")
+    worst_chunk_max_abs: float | None
+
+
+class SpeechNumbers(_M):
+    sentences: list[SpeechSentence]
+    wer_vs_cpu: float = Field(description="word error rate of what is heard in the HTP audio against what is heard "
+                              "in CPU's audio of the same sentences")
+    max_wer: float = Field(description="the bound the round trip was held to")
+    wer: float = Field(description="word error rate of what is heard in the HTP audio against the sentences")
+    worst_chunk_snr_db: float = Field(description="the worst decoder window's waveform SNR against CPU (same input)")
+    worst_chunk_max_abs: float
+    min_snr_db: float = Field(description="the bound the waveform check was held to")
+    passed_by: list[str] = Field(description="the checks that passed: waveform, round trip (a verified build passes "
+                                 "both)")
+    emulator_real_time_factor: float = Field(description="emulator seconds per second of audio, on the x86-64 HTP "
+                                             "EMULATOR: what the check costs, not what a phone does")
+    emulator_first_audio_seconds: float = Field(description="from the call to the first window's audio, on the "
+                                                "EMULATOR")
+    emulator_seconds_per_encoder_run: float
+    emulator_seconds_per_decoder_run: float
+    verify_seconds: float
+    export_check: dict = Field(description="the cut graphs against the original on CPU: sentences, worst SNR")
+
+
 class Metadata(_M):
     metadata_version: Literal[2]
     toolkit: str
@@ -203,6 +236,8 @@ class Metadata(_M):
     runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
     transcript: TranscriptNumbers | None = Field(
         default=None, description="speech models: the transcript verification of these binaries")
+    speech: SpeechNumbers | None = Field(
+        default=None, description="voices: what these binaries said, against CPU and as heard by a listener")
 
 
 def json_schema() -> str:

@@ -1,0 +1,339 @@
+"""A Piper (VITS) voice cut into static graphs: text in, WAV out.
+
+Self-contained on purpose (numpy, onnxruntime, piper-phonemize; onnxruntime-qnn for the HTP): the release
+archives ship this file as ``speak.py``, so an unpacked archive speaks with nothing else.
+``qnn-release speak`` and the build's speech verification use it too.
+
+    python speak.py "Text to say." -o out.wav [--dir DIR] [--cpu] [--seed N]
+
+The folder holds ``voice.json`` (phoneme map, sample rate, scales, the graphs' sizes), ``duration.onnx``
+(the duration predictor: data-dependent shapes, always on CPU; 2 ms a sentence) and either
+``encoder_ctx.onnx`` + ``decoder_ctx.onnx`` (QNN context binaries: the HTP, or its emulator on x86-64) or
+``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on CPU). The pipeline: espeak-ng phonemes -> ids (Piper's
+``^ _ p _ ... $``), the encoder at a fixed ``max_ids`` (zero-padded, masked by the true length), durations
+``ceil(exp(logw) * length_scale)`` on the host, the prior expanded by ``np.repeat`` (plus noise), then the
+flow + HiFi-GAN decoder over fixed windows of ``frames`` latent frames that overlap by ``overlap`` frames on
+each side (every window inside the utterance; a short one zero-padded with ``y_mask`` 0), joined by their
+centres. A sentence longer than ``max_ids`` ids is split at punctuation, else between words.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+BOS, EOS, PAD = "^", "$", "_"
+BREAKS = (",", ";", ":")  # where a sentence too long for the encoder is split first
+MAX_TEXT_CHARS = 10000
+GRAPHS = {"htp": ("encoder_ctx.onnx", "decoder_ctx.onnx"), "cpu": ("encoder.onnx", "decoder.onnx")}
+VOICE_KEYS = ("sample_rate", "espeak_voice", "phoneme_id_map", "noise_scale", "length_scale", "noise_w",
+              "max_ids", "frames", "overlap", "hop", "channels")
+
+
+class VoiceInputError(Exception):
+    """Text or a voice folder this runtime cannot take: one line saying what and what to do."""
+
+
+@dataclass
+class Speech:
+    audio: np.ndarray  # float32 in [-1, 1] at ``sample_rate``
+    sample_rate: int
+    pieces: int = 0  # utterances (sentences, or parts of a long one)
+    frames: int = 0  # latent frames (hop samples each)
+    chunks: int = 0  # decoder runs
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage: encoder, duration, expand, decoder
+    first_audio_seconds: float | None = None  # from the call to the first decoder window's audio
+
+    @property
+    def audio_seconds(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+def _session(path: Path, device: str, chip: dict | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if device == "cpu":
+        return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    try:
+        import onnxruntime_qnn
+    except ImportError:
+        raise VoiceInputError("the QNN context binaries need onnxruntime-qnn (pip install onnxruntime-qnn), or "
+                              "speak on CPU with the exported encoder.onnx/decoder.onnx (--cpu)") from None
+    if not any(d.ep_name == "QNNExecutionProvider" for d in ort.get_ep_devices()):
+        ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    options = {"backend_type": "htp"}
+    for key in ("soc_model", "htp_arch"):
+        if (chip or {}).get(key):
+            options[key] = str(chip[key])
+    so.add_provider_for_devices(devices, options)
+    return ort.InferenceSession(str(path), sess_options=so)
+
+
+def read_voice(folder: Path) -> dict:
+    """``voice.json``, with every key the pipeline reads checked."""
+    path = folder / "voice.json"
+    try:
+        voice = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise VoiceInputError(f"{folder}: no voice.json (not a voice folder: an unpacked archive or an export)") \
+            from None
+    except (OSError, ValueError) as e:
+        raise VoiceInputError(f"{path}: not JSON ({str(e).splitlines()[0]})") from None
+    missing = [k for k in VOICE_KEYS if k not in voice]
+    if missing:
+        raise VoiceInputError(f"{path}: no {', '.join(missing)} (written by the piper export)")
+    if not {BOS, EOS, PAD} <= voice["phoneme_id_map"].keys():
+        raise VoiceInputError(f"{path}: phoneme_id_map lacks one of {BOS!r} {EOS!r} {PAD!r} (Piper's markers)")
+    return voice
+
+
+def check_voice(voice: dict, encoder, decoder, where: str) -> None:
+    """The voice's map and sizes against the graphs it is used with (a .onnx.json of another voice is refused
+    here, not heard as noise)."""
+    ids = encoder.get_inputs()[0]
+    if list(ids.shape) != [1, voice["max_ids"]]:
+        raise VoiceInputError(f"{where}: the encoder takes ids {ids.shape}, voice.json says max_ids "
+                              f"{voice['max_ids']}: the voice.json and the graphs are from different exports")
+    z = decoder.get_inputs()[0]
+    if list(z.shape) != [1, voice["channels"], voice["frames"]]:
+        raise VoiceInputError(f"{where}: the decoder takes {z.shape}, voice.json says [1, {voice['channels']}, "
+                              f"{voice['frames']}]: the voice.json and the graphs are from different exports")
+    n_symbols = voice.get("num_symbols")
+    top = max(i for v in voice["phoneme_id_map"].values() for i in v)
+    if n_symbols is not None and top >= n_symbols:
+        raise VoiceInputError(f"{where}: phoneme_id_map uses id {top}, the voice has {n_symbols} symbols")
+
+
+class Voice:
+    """The graphs of one folder and the voice's configuration."""
+
+    def __init__(self, folder: str | Path, device: str | None = None, threads: int | None = None):
+        folder = Path(folder)
+        self.voice = read_voice(folder)
+        if device is None:
+            device = "htp" if (folder / GRAPHS["htp"][0]).is_file() else "cpu"
+        if device not in GRAPHS:
+            raise VoiceInputError(f"device {device!r}: expected cpu or htp")
+        self.device = device
+        enc, dec = (folder / n for n in GRAPHS[device])
+        for p in (enc, dec, folder / "duration.onnx"):
+            if not p.is_file():
+                raise VoiceInputError(f"{folder}: no {p.name} (a voice folder for {device} has "
+                                      f"{', '.join(GRAPHS[device])} and duration.onnx)")
+        self.encoder = _session(enc, device, self.voice.get("chip"))
+        self.decoder = _session(dec, device, self.voice.get("chip"))
+        self.duration = _session(folder / "duration.onnx", "cpu")
+        check_voice(self.voice, self.encoder, self.decoder, str(folder))
+        self.sample_rate = int(self.voice["sample_rate"])
+
+    # -- text -> ids ---------------------------------------------------------------------------------
+
+    def pieces(self, text: str) -> list[list[int]]:
+        """Every utterance of ``text`` as ids, each at most ``max_ids``; bad text raises VoiceInputError."""
+        return text_to_ids(text, self.voice)
+
+    # -- ids -> audio --------------------------------------------------------------------------------
+
+    def encode(self, ids: list[int], rng=None, observe=None, seconds=None):
+        """m_p, logs_p [C, n] and the durations [n] of one utterance."""
+        v, n = self.voice, len(ids)
+        inputs = self.encoder.get_inputs()
+        dtype = np.int32 if inputs[0].type == "tensor(int32)" else np.int64
+        x = np.zeros((1, v["max_ids"]), dtype)
+        x[0, :n] = ids
+        feed = {inputs[0].name: x, inputs[1].name: np.array([n], dtype)}
+        t = time.perf_counter()
+        out = self.encoder.run(None, feed)
+        _add(seconds, "encoder", time.perf_counter() - t)
+        if observe is not None:
+            observe("encoder", feed, out)
+        named = dict(zip((o.name for o in self.encoder.get_outputs()), out))
+        m_p, logs_p, x_mask, dp_x = (named[k] for k in ("m_p", "logs_p", "x_mask", "dp_x"))
+        t = time.perf_counter()
+        noise = np.zeros((1, 2, n), np.float32) if rng is None else rng.standard_normal((1, 2, n), dtype=np.float32)
+        logw = self.duration.run(None, {"dp_x": dp_x[:, :, :n], "x_mask": x_mask[:, :, :n], "noise": noise,
+                                        "noise_w": np.array(v["noise_w"], np.float32)})[0]
+        w = np.exp(logw) * x_mask[:, :, :n] * np.float32(v["length_scale"])  # float32, as the original graph
+        dur = np.ceil(w).astype(np.int64)[0, 0]
+        _add(seconds, "duration", time.perf_counter() - t)
+        return m_p[0, :, :n], logs_p[0, :, :n], dur
+
+    def windows(self, frames_total: int) -> list[tuple[int, int, int]]:
+        """(window start, keep from, keep to) per decoder run over ``frames_total`` latent frames."""
+        frames, overlap = self.voice["frames"], self.voice["overlap"]
+        out, pos = [], 0
+        while pos < frames_total:
+            start = min(max(pos - overlap, 0), max(frames_total - frames, 0))
+            end = frames_total if start + frames >= frames_total else start + frames - overlap
+            out.append((start, pos, end))
+            pos = end
+        return out
+
+    def decode(self, z: np.ndarray, observe=None, seconds=None, started: float | None = None) -> tuple:
+        """The flow + decoder over z [C, T]: (audio, runs, seconds to the first window's audio)."""
+        v = self.voice
+        frames, hop = v["frames"], v["hop"]
+        total = z.shape[1]
+        audio = np.zeros(total * hop, np.float32)
+        names = [i.name for i in self.decoder.get_inputs()]
+        first = None
+        plan = self.windows(total)
+        for start, keep_from, keep_to in plan:
+            k = min(frames, total - start)
+            zc = np.zeros((1, v["channels"], frames), np.float32)
+            mask = np.zeros((1, 1, frames), np.float32)
+            zc[0, :, :k] = z[:, start:start + k]
+            mask[0, 0, :k] = 1.0
+            feed = {names[0]: zc, names[1]: mask}
+            t = time.perf_counter()
+            y = self.decoder.run(None, feed)
+            _add(seconds, "decoder", time.perf_counter() - t)
+            if observe is not None:
+                observe("decoder", feed, y)
+            y = np.asarray(y[0]).reshape(-1)
+            audio[keep_from * hop:keep_to * hop] = y[(keep_from - start) * hop:(keep_to - start) * hop]
+            if first is None and started is not None:
+                first = time.perf_counter() - started
+        return audio, len(plan), first
+
+    def synthesize(self, ids: list[int], rng=None, observe=None, seconds=None, started=None):
+        """One utterance's audio: (audio, latent frames, decoder runs, seconds to first audio)."""
+        m_p, logs_p, dur = self.encode(ids, rng, observe, seconds)
+        t = time.perf_counter()
+        m, logs = np.repeat(m_p, dur, axis=1), np.repeat(logs_p, dur, axis=1)
+        if m.shape[1] == 0:  # every duration 0: the graph clips the length to one frame
+            m = logs = np.zeros((m_p.shape[0], 1), np.float32)
+        z = m if rng is None else \
+            m + rng.standard_normal(m.shape, dtype=np.float32) * np.exp(logs) * np.float32(self.voice["noise_scale"])
+        _add(seconds, "expand", time.perf_counter() - t)
+        audio, runs, first = self.decode(z.astype(np.float32), observe, seconds, started)
+        return audio, z.shape[1], runs, first
+
+    def speak(self, text: str, rng=None, observe=None, silence: float = 0.2) -> Speech:
+        """``text`` spoken: its utterances in order with ``silence`` seconds between them. ``rng`` None: no
+        noise (deterministic: CPU and HTP compare sample for sample); a numpy Generator: Piper's sampling."""
+        started = time.perf_counter()
+        pieces = self.pieces(text)
+        seconds: dict[str, float] = {}
+        gap = np.zeros(int(silence * self.sample_rate), np.float32)
+        parts, frames, runs, first = [], 0, 0, None
+        for i, ids in enumerate(pieces):
+            audio, f, r, t = self.synthesize(ids, rng, observe, seconds, started if i == 0 else None)
+            parts += [gap, audio] if parts else [audio]
+            frames, runs, first = frames + f, runs + r, first if first is not None else t
+        return Speech(audio=np.concatenate(parts), sample_rate=self.sample_rate, pieces=len(pieces), frames=frames,
+                      chunks=runs, seconds={k: round(s, 4) for k, s in seconds.items()},
+                      first_audio_seconds=round(first, 4) if first is not None else None)
+
+
+def _add(seconds, key, value) -> None:
+    if seconds is not None:
+        seconds[key] = seconds.get(key, 0.0) + value
+
+
+def phonemize(text: str, voice: str) -> list[list[str]]:
+    try:
+        from piper_phonemize import phonemize_espeak
+    except ImportError:
+        raise VoiceInputError("phonemes need piper-phonemize (pip install piper-phonemize; wheels for Python "
+                              "3.10/3.11 on Linux)") from None
+    return [s for s in phonemize_espeak(text, voice) if s]
+
+
+def text_to_ids(text: str, voice: dict) -> list[list[int]]:
+    """``text`` as utterances of ids (Piper's ``^ _ p1 _ p2 _ ... _ $``): espeak-ng's sentences, each split at
+    ``, ; :`` (else between words) until it fits ``max_ids``."""
+    if not text.strip():
+        raise VoiceInputError("the text is empty: give a sentence to say")
+    if len(text) > MAX_TEXT_CHARS:
+        raise VoiceInputError(f"the text has {len(text)} characters, more than {MAX_TEXT_CHARS}: split it into "
+                              "several calls (a paragraph or less each)")
+    id_map, max_ids = voice["phoneme_id_map"], int(voice["max_ids"])
+    out = []
+    for sentence in phonemize(text, voice["espeak_voice"]):
+        unknown = sorted({p for p in sentence if p not in id_map})
+        if unknown:
+            raise VoiceInputError(f"phoneme(s) {' '.join(repr(p) for p in unknown)} of {text[:60]!r} are not in "
+                                  f"the voice's phoneme map (espeak-ng voice {voice['espeak_voice']!r}): spell the "
+                                  "word differently, or use a voice trained with them")
+        for piece in split_sentence(sentence, id_map, max_ids, text):
+            ids = list(id_map[BOS]) + list(id_map[PAD])
+            for p in piece:
+                ids += list(id_map[p]) + list(id_map[PAD])
+            out.append(ids + list(id_map[EOS]))
+    if not out:
+        raise VoiceInputError(f"{text[:60]!r} has nothing to say (espeak-ng gave no phonemes)")
+    return out
+
+
+def split_sentence(phonemes: list[str], id_map: dict, max_ids: int, text: str = "") -> list[list[str]]:
+    """A sentence's phonemes in pieces whose ids fit ``max_ids``: after the last ``, ; :`` that fits, else at the
+    last space; a single word longer than the encoder takes is refused."""
+    cost = [len(id_map[p]) + 1 for p in phonemes]
+    budget = max_ids - 3  # ^ _ ... $
+    pieces, start = [], 0
+    while sum(cost[start:]) > budget:
+        used, end = 0, start
+        while end < len(phonemes) and used + cost[end] <= budget:
+            used, end = used + cost[end], end + 1
+        cut = next((i + 1 for i in range(end - 1, start, -1) if phonemes[i] in BREAKS), None) or \
+            next((i for i in range(end - 1, start, -1) if phonemes[i] == " "), None)
+        if cut is None:
+            raise VoiceInputError(f"a word of {text[:60]!r} is longer than the encoder takes ({max_ids} ids): "
+                                  "put spaces or punctuation into it")
+        pieces.append(phonemes[start:cut])
+        start = cut
+        while start < len(phonemes) and phonemes[start] == " ":
+            start += 1
+    return pieces + ([phonemes[start:]] if start < len(phonemes) else [])
+
+
+def write_wav(path: str | Path, audio: np.ndarray, rate: int) -> None:
+    """16-bit mono PCM, written beside and moved into place (never a half-written WAV)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with wave.open(str(tmp), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).round().astype("<i2").tobytes())
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Say a text with a Piper voice's graphs (HTP or CPU) into a WAV.")
+    p.add_argument("text")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the WAV to write")
+    p.add_argument("--dir", type=Path, default=Path(__file__).resolve().parent, help="the voice folder")
+    p.add_argument("--cpu", action="store_true", help="the exported graphs on CPU instead of the context binaries")
+    p.add_argument("--seed", type=int, default=None, help="sample Piper's noise with this seed (default: none)")
+    args = p.parse_args(argv)
+    try:
+        voice = Voice(args.dir, device="cpu" if args.cpu else None)
+        rng = None if args.seed is None else np.random.default_rng(args.seed)
+        s = voice.speak(args.text, rng=rng)
+        write_wav(args.output, s.audio, s.sample_rate)
+    except VoiceInputError as e:
+        print(f"speak: error: {e}", file=sys.stderr)
+        return 2
+    busy = sum(s.seconds.values())
+    print(f"{args.output}: {s.audio_seconds:.2f} s of audio, {s.pieces} utterance(s), {s.chunks} decoder run(s) on "
+          f"{voice.device}; real-time factor {busy / max(s.audio_seconds, 1e-9):.3f}, first audio after "
+          f"{s.first_audio_seconds:.2f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
