@@ -274,7 +274,7 @@ class SpeechVerify(_Frozen):
         default={}, description="largest word error rate of what the listener hears in the chip's audio against "
         "what it hears in CPU's audio of the same sentences (default fp16 0.05, w8a16 0.15, int8 0.3)")
     listener: str = Field(default="listener", description="the export's folder holding the listener's graphs (a "
-                          "Whisper export, run on CPU)")
+                          "speech recognizer export with a transcript recipe, run on CPU)")
 
 
 class AudioFrontEnd(_Frozen):

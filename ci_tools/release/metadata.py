@@ -188,7 +188,7 @@ class TranscriptNumbers(_M):
 
 class SpeechSentence(_M):
     text: str = Field(description="the sentence said")
-    cpu_heard: str = Field(description="what the listener (Whisper base, CPU) hears in CPU's audio of it")
+    cpu_heard: str = Field(description="what the listener (a speech recognizer on CPU) hears in CPU's audio of it")
     htp_heard: str = Field(description="what the listener hears in this archive's binaries' audio (HTP emulator)")
     wer_vs_cpu: float
     wer: float = Field(description="word error rate of what is heard in the HTP audio against the sentence")
