@@ -78,6 +78,8 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
 
     r = run_cli("package", "--out", str(out), "--matrix", str(matrix), "--require-verified", env=env)
     assert r.returncode == 0, r.stderr
+    page = (out / "release" / "index.html").read_text()  # the release page says how it was verified
+    assert "<dt>speech</dt><dd>1 sentences: every decoder window at" in page
     archive = next((out / "release").glob("piper-joe-medium-sm8750-fp16-*.tar.bz2"))
     elsewhere = tmp_path / "elsewhere"
     with tarfile.open(archive) as tar:
@@ -100,3 +102,26 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
     run = subprocess.run([sys.executable, "-I", "speak.py", "", "-o", "no.wav"], cwd=top, env=env_clean,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 2 and "the text is empty" in run.stderr and not (top / "no.wav").exists()
+
+    # on a real device (the stand-in AI Hub, its phone running each binary): both graphs measured on the
+    # sentences' inputs, and the voice's figures from them: real-time factor and time to the first audio
+    from tests.fakes.fake_aihub import FakeAIHub
+    from tests.test_device_numbers import FRAMEWORKS, _phone
+
+    with FakeAIHub(frameworks=FRAMEWORKS, runner=_phone({"out": out, "repo": tmp_path, "env": env}),
+                   latency_us={"Samsung Galaxy S25": 20000}) as hub:
+        r = run_cli("device-numbers", str(out), "--soc", "SM8750", "--poll-seconds", "0", "--no-cpu",
+                    env={**env, "QAI_HUB_API_TOKEN": hub.token, "QAI_HUB_API_URL": hub.url})
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = json.loads((out / "device-numbers.json").read_text())["targets"]
+    assert runs[targets["encoder"]["id"]]["status"] == runs[targets["decoder"]["id"]]["status"] == "ok", runs
+    assert "sentences of the model" in runs[targets["decoder"]["id"]]["parity"]["inputs"]
+    r = run_cli("package", "--out", str(out), "--matrix", str(matrix), env=env)
+    assert r.returncode == 0, r.stderr
+    archive = next((out / "release").glob("piper-joe-medium-sm8750-fp16-*.tar.bz2"))
+    with tarfile.open(archive) as tar:
+        meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
+    voice, said = meta["on_device"]["voice"], meta["speech"]["sentences"]
+    windows, audio = sum(s["decoder_runs"] for s in said), sum(s["audio_seconds"] for s in said)
+    assert voice["time_to_first_audio_ms"] == pytest.approx(40.0, rel=0.05)
+    assert voice["real_time_factor"] == pytest.approx((len(said) + windows) * 0.020 / audio, rel=0.05)

@@ -75,13 +75,14 @@ def cached(out: Path, store: Path, t: Target, key: str, recipe_check: bool = Fal
     return record.with_(status=CACHED)
 
 
-def verify_digest(m: Model, prep: Prepared, ss: SampleSet | None) -> str:
+def verify_digest(m: Model, prep: Prepared, ss: SampleSet | None, recipe_inputs: str | None = None) -> str:
     """What the target is verified on and how: its real samples or generated inputs, and for a model with a
     recipe the recipe's own check (its settings in the matrix and its version), whose verdict the target's
-    record carries: a tightened limit or new clips judge the chip again, never "cached" on the old verdict."""
+    record carries: a tightened limit, new clips or sentences (``recipe_inputs``: the export's key and the recipe's
+    own inputs' digest) judge the chip again, never "cached" on the old verdict."""
     recipe = recipe_for(m)
     own = None if recipe is None else {"recipe": recipe.kind, "check": recipe.check_version,
-                                       "verify": m.verify.model_dump(mode="json")}
+                                       "verify": m.verify.model_dump(mode="json"), "inputs": recipe_inputs}
     if ss is not None and own is None:
         return ss.digest
     return hashlib.sha256(json.dumps({"generated": generated_inputs_note(prep.input_ranges),

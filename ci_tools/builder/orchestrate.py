@@ -194,6 +194,7 @@ class _Run:
     precompiled_log: list[dict] = field(default_factory=list)  # --precompile-only: what was converted
     prepared: list[Prepared] = field(default_factory=list)
     exports: dict[str, Path] = field(default_factory=dict)  # models with a recipe: their export folder
+    recipe_digests: dict[str, str] = field(default_factory=dict)  # ... and what their recipe's verdict rests on
     prepare_seconds: float = 0.0
     precompile_seconds: float = 0.0
     isolate: bool = False
@@ -224,8 +225,10 @@ class _Run:
             src, src_digest = model_sources(self.store, m, self.work)
             recipe = recipe_for(m)
             if recipe is not None:  # its own inputs refused before any compile; its export kept for later stages
-                recipe.check_inputs(self.loaded, m)
+                recipe.check_inputs(self.loaded, m, src.resolve())
                 self.exports[m.name] = src.resolve()
+                # the recipe's verdict rests on the whole export (not only the graphs) and on its own inputs' bytes
+                self.recipe_digests[m.name] = f"{src_digest}:{recipe.inputs_digest(self.loaded, m)}"
         except Exception as e:
             self.fail(model_targets, _as_error(e, f"{m.name}: sources", SourceError))
             return
@@ -301,7 +304,8 @@ class _Run:
                 samples = calibration(self.loaded, m, prep, src, t.precision, ss) or generated(m, prep)
             self.inputs[gp] = _Inputs(ss, samples, calibration_hash(samples) if samples is not None else None)
         inputs = self.inputs[gp]
-        key = target_key(t, prep, self.backend, self.sdk, inputs.calibration_hash, verify_digest(m, prep, ss))
+        key = target_key(t, prep, self.backend, self.sdk, inputs.calibration_hash,
+                         verify_digest(m, prep, ss, self.recipe_digests.get(m.name)))
         recipe = recipe_for(m)
         hit = None if self.force or self.precompile_only else \
             cached(self.out, self.cache / "targets", t, key, recipe_check=recipe is not None)

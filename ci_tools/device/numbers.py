@@ -143,6 +143,20 @@ class SpeechNumbers(_M):
     decoder_steps: int
 
 
+class VoiceNumbers(_M):
+    """A voice's device figures, from its encoder run and decoder window on the device and the runs its chip
+    build took to say the verification sentences."""
+
+    real_time_factor: float = Field(description="(encoder runs x run + decoder windows x window) / audio seconds, "
+                                    "over the sentences (the host's duration predictor not counted): below 1 is faster "
+                                    "than real time")
+    time_to_first_audio_ms: float = Field(description="one encoder run + one decoder window: the first 3 s of audio")
+    sentences: int
+    audio_seconds: float
+    encoder_runs: int
+    decoder_windows: int
+
+
 class OnDevice(_M):
     """One archive's device figures (its graphs together), as the manifest, notes and page show them."""
 
@@ -154,6 +168,7 @@ class OnDevice(_M):
     cpu_latency_ms: float | None = Field(default=None, description="the same graphs on the device's CPU")
     speedup_vs_cpu: float | None = None
     speech: SpeechNumbers | None = None
+    voice: VoiceNumbers | None = None
 
 
 _ORDER = ("parity-failed", "failed", "timeout", "unavailable", "no-device", "skipped", "ok")

@@ -270,6 +270,9 @@ class SpeechVerify(_Frozen):
     min_snr_db: dict[Precision, float] = Field(
         default={}, description="smallest waveform SNR of a chip's audio against CPU's, per decoder chunk (default "
         "fp16 20 dB, w8a16 10 dB, int8 5 dB)")
+    max_abs: dict[Precision, float] = Field(
+        default={}, description="largest |HTP - CPU| of a decoder window's audio on the same input (default fp16 "
+        "0.25, w8a16 0.5, int8 0.75; audio in [-1, 1])")
     max_wer: dict[Precision, Annotated[float, Field(ge=0, le=1)]] = Field(
         default={}, description="largest word error rate of what the listener hears in the chip's audio against "
         "what it hears in CPU's audio of the same sentences (default fp16 0.05, w8a16 0.15, int8 0.3)")

@@ -86,8 +86,14 @@ class Recipe(Protocol):
     inputs_note: str = "the recipe's own inputs"
     graph_samples: bool = True  # archives carry sample/<graph>/ inputs and outputs (False: the recipe ships its own)
 
-    def check_inputs(self, loaded: LoadedMatrix, model: Model) -> None:
-        """Refuse, before any compile, inputs of the recipe's own that cannot be used (ConfigError)."""
+    def check_inputs(self, loaded: LoadedMatrix, model: Model, export: Path | None = None) -> None:
+        """Refuse, before any compile, inputs of the recipe's own that cannot be used (ConfigError); ``export``:
+        the model's export folder, when it has one."""
+        return None
+
+    def inputs_digest(self, loaded: LoadedMatrix, model: Model) -> str | None:
+        """A digest of the bytes of the recipe's own inputs (clips, sentences): part of the targets' key, so that
+        changed inputs judge every chip again."""
         return None
 
     def calibration(self, loaded: LoadedMatrix, model: Model, graph: str, export: Path

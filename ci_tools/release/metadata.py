@@ -193,6 +193,7 @@ class SpeechSentence(_M):
     wer_vs_cpu: float
     wer: float = Field(description="word error rate of what is heard in the HTP audio against the sentence")
     audio_seconds: float
+    pieces: int = Field(description="utterances the encoder ran on (a sentence longer than it takes is split)")
     decoder_runs: int
     worst_chunk_snr_db: float | None = Field(description="the worst decoder window's SNR against CPU on the same input")
     worst_chunk_max_abs: float | None
@@ -207,6 +208,9 @@ class SpeechNumbers(_M):
     worst_chunk_snr_db: float = Field(description="the worst decoder window's waveform SNR against CPU (same input)")
     worst_chunk_max_abs: float
     min_snr_db: float = Field(description="the bound the waveform check was held to")
+    max_abs: float | None = Field(default=None, description="the bound on a window's largest difference")
+    cpu_wer: float | None = Field(default=None, description="word error rate of what is heard in CPU's audio against "
+                                  "the sentences: the baseline the chip's audio is held to")
     passed_by: list[str] = Field(description="the checks that passed: waveform, round trip (a verified build passes "
                                  "both)")
     emulator_real_time_factor: float = Field(description="emulator seconds per second of audio, on the x86-64 HTP "

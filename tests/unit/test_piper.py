@@ -119,3 +119,44 @@ def test_a_voice_folder_without_its_keys_is_one_line(tmp_path):
     (tmp_path / "voice.json").write_text(json.dumps({"sample_rate": 22050}))
     with pytest.raises(VoiceInputError, match="no espeak_voice, phoneme_id_map"):
         runtime.read_voice(tmp_path)
+
+
+def _result(**change):
+    from ci_tools.recipes.piper.check import ChipResult
+
+    said = {"text": "The battery is at 45 percent.", "cpu_heard": "The battery is at 45%.",
+            "htp_heard": "The battery is at 45%.", "wer_vs_cpu": 0.0, "wer": 0.1667, "audio_seconds": 2.0,
+            "pieces": 1, "decoder_runs": 1, "seconds": {}, "first_audio_seconds": 20.0, "worst_chunk_snr_db": 26.0,
+            "worst_chunk_max_abs": 0.08}
+    base = {"sentences": [said], "wer_vs_cpu": 0.0, "wer": 0.1667, "worst_chunk_snr_db": 25.8,
+            "worst_chunk_max_abs": 0.085, "parity": {"encoder": {"cosine": 0.9999992}, "decoder": {"cosine": 0.9988}},
+            "emulator_seconds_per_encoder_run": 4.9, "emulator_seconds_per_decoder_run": 23.5,
+            "real_time_factor": 13.1, "first_audio_seconds": 41.0}
+    return ChipResult(**{**base, **change})
+
+
+@pytest.mark.parametrize("change, passed_by, message", [
+    ({}, ["waveform", "round trip"], None),  # what the v73 chips measured: passes
+    ({"worst_chunk_snr_db": 12.0}, ["round trip"], "a decoder window at SNR 12.0 dB < verify.min_snr_db.fp16 20"),
+    ({"worst_chunk_max_abs": 0.4}, ["round trip"], "a decoder window off by 0.4 > verify.max_abs.fp16 0.25"),
+    ({"parity": {"encoder": {"cosine": 0.99}}}, ["round trip"], "the encoder at cosine 0.990000 < 0.999"),
+    ({"wer_vs_cpu": 0.5}, ["waveform"], "the listener hears WER 0.500 > verify.max_wer.fp16 0.05 against CPU's"),
+    ({"wer": 0.5}, ["waveform"], "heard at WER 0.500 in the chip's audio, 0.143 in CPU's"),
+])
+def test_a_chips_speech_is_judged_by_its_waveform_and_by_what_the_listener_hears(change, passed_by, message):
+    from types import SimpleNamespace
+
+    from ci_tools.compile.records import TargetRecord
+    from ci_tools.matrix.schema import SpeechVerify
+    from ci_tools.recipes.piper.check import _apply
+
+    model = SimpleNamespace(verify=SpeechVerify(kind="speech", sentences="s.yaml"))
+    rs = [TargetRecord.make(id=f"v.{g}.sm8550.fp16", model="v", graph=g, soc="SM8550", precision="fp16", status="ok")
+          for g in ("encoder", "decoder")]
+    judged = _apply(model, rs, _result(**change), {"passed": True})
+    for r in judged:
+        assert r.speech["passed_by"] == passed_by and r.verify_kind == "speech"
+        if message is None:
+            assert r.verified is True and r.status == "ok"
+        else:
+            assert r.status == "failed" and r.exit_code == 7 and message in r.error, r.error

@@ -55,13 +55,15 @@ def cmd_speak(args: argparse.Namespace) -> int:
 
     from .runtime import Voice, VoiceInputError, text_to_ids, write_wav
 
-    if not args.output.parent.is_dir():
-        raise UsageError(f"-o {args.output}: no folder {args.output.parent}", hint="create it first")
+    if args.output.is_dir() or not args.output.parent.is_dir():
+        what = "a folder" if args.output.is_dir() else f"no folder {args.output.parent}"
+        raise UsageError(f"-o {args.output}: {what}", hint="give a .wav file in an existing folder")
     try:
         with tempfile.TemporaryDirectory(prefix="qnn-release-speak.") as tmp:
             voice = Voice(_folder(args.target, Path(tmp), args.cpu), device="cpu" if args.cpu else None)
             text_to_ids(args.text, voice.voice)  # bad text refused before minutes of emulator time
-            s = voice.speak(args.text, rng=None if args.seed is None else np.random.default_rng(args.seed))
+            s = voice.speak(args.text, rng=None if args.seed is None else np.random.default_rng(args.seed),
+                            silence=max(0.0, args.sentence_silence))
             write_wav(args.output, s.audio, s.sample_rate)
     except VoiceInputError as e:
         raise UsageError(str(e)) from None
@@ -83,4 +85,6 @@ def register(sub) -> None:
     p.add_argument("--cpu", action="store_true", help="the exported graphs on CPU instead of the context binaries")
     p.add_argument("--seed", type=int, default=None,
                    help="sample Piper's noise with this seed (default: no noise, the same audio every time)")
+    p.add_argument("--sentence-silence", type=float, default=0.0,
+                   help="seconds of silence between sentences (default 0, as Piper's Python API)")
     p.set_defaults(func=cmd_speak)

@@ -29,7 +29,13 @@ MIN_SNR_DB = 60.0  # measured: 83-101 dB on 12 sentences (the padded encoder's f
 
 
 def voice_config(onnx_path: Path, max_ids: int, frames: int, overlap: int, info: dict) -> dict:
-    """``voice.json`` from the voice's ``.onnx.json``, checked against the graph."""
+    """``voice.json`` from the voice's ``.onnx.json`` (``read_config``) and the cut's sizes."""
+    return {**read_config(onnx_path), "max_ids": max_ids, "frames": frames, "overlap": overlap, "hop": info["hop"],
+            "channels": info["channels"]}
+
+
+def read_config(onnx_path: Path) -> dict:
+    """The voice's ``.onnx.json``, checked against the graph (read before anything is written)."""
     import onnx
 
     path = onnx_path.with_name(onnx_path.name + ".json")
@@ -59,8 +65,7 @@ def voice_config(onnx_path: Path, max_ids: int, frames: int, overlap: int, info:
         raise ConfigError(f"{path}: num_symbols {voice['num_symbols']} and ids up to {top}, the graph's phoneme "
                           f"table has {rows} rows: this .onnx.json belongs to another voice",
                           hint="use the .onnx.json published with this .onnx")
-    return {**voice, "max_ids": max_ids, "frames": frames, "overlap": overlap, "hop": info["hop"],
-            "channels": info["channels"], "source": {"onnx": onnx_path.name, "config": path.name}}
+    return {**voice, "source": {"onnx": onnx_path.name, "config": path.name}}
 
 
 def sentences_of(path: Path) -> list[str]:
@@ -126,6 +131,7 @@ def export(onnx_path: Path, out: Path, max_ids: int, frames: int, overlap: int) 
     if not 2 * overlap < frames:
         raise ConfigError(f"--overlap {overlap}: a window of {frames} frames keeps nothing with that much overlap on "
                           "each side", hint="the flow sees 32 frames each side: 32 of 256 is exact to 130 dB")
+    read_config(onnx_path)  # a .onnx.json of another voice is refused before anything is written
     info = cut(onnx_path, out, max_ids, frames)
     config = voice_config(onnx_path, max_ids, frames, overlap, info)
     write_json(out / "voice.json", config)

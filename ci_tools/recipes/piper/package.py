@@ -10,10 +10,12 @@ from pathlib import Path
 from ...compile.records import BuildReport, TargetRecord
 from ...errors import PackageError
 from . import runtime
+from .check import SAMPLE_WAV
 
 KEYS = ("wer_vs_cpu", "max_wer", "wer", "worst_chunk_snr_db", "worst_chunk_max_abs", "min_snr_db", "passed_by",
+        "max_abs", "cpu_wer",
         "emulator_seconds_per_encoder_run", "emulator_seconds_per_decoder_run", "export_check")
-SENTENCE_KEYS = ("text", "cpu_heard", "htp_heard", "wer_vs_cpu", "wer", "audio_seconds", "decoder_runs",
+SENTENCE_KEYS = ("text", "cpu_heard", "htp_heard", "wer_vs_cpu", "wer", "audio_seconds", "pieces", "decoder_runs",
                  "worst_chunk_snr_db", "worst_chunk_max_abs")
 
 
@@ -34,10 +36,11 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
     if not speech:
         return members, None
     first = speech["sentences"][0]
-    wav = Path(speech["sample_wav"]) if speech.get("sample_wav") else None
-    if wav is not None and wav.is_file():
-        members += [(f"{top}/sample/sentence.wav", wav),
-                    (f"{top}/sample/sentence.txt", (first["text"] + "\n").encode())]
+    wav = report.path.parent / records[0].id / SAMPLE_WAV
+    if not wav.is_file():
+        raise PackageError(f"{records[0].id}: no {SAMPLE_WAV} (what these binaries said) in the target's folder",
+                           hint="run `qnn-release build` again: the speech check writes it")
+    members += [(f"{top}/sample/sentence.wav", wav), (f"{top}/sample/sentence.txt", (first["text"] + "\n").encode())]
     numbers = {k: speech[k] for k in KEYS}
     numbers["sentences"] = [{k: s[k] for k in SENTENCE_KEYS} for s in speech["sentences"]]
     numbers["emulator_real_time_factor"] = speech["real_time_factor"]

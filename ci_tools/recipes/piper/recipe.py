@@ -15,10 +15,32 @@ class PiperRecipe(Recipe):
     inputs_note = "the model's sentences (speech verification: waveform against CPU and a listener's round trip)"
     graph_samples = False  # the archive ships a sentence and what these binaries said
 
-    def check_inputs(self, loaded, model) -> None:
+    def check_inputs(self, loaded, model, export=None) -> None:
+        """The sentences, each one the voice can say (its phonemes, its words' lengths), and the listener, before
+        any chip compiles."""
+        from ...errors import ConfigError
         from .export import sentences_of
+        from .runtime import VoiceInputError, read_voice, text_to_ids
 
-        sentences_of((loaded.root / model.verify.sentences).resolve())
+        path = (loaded.root / model.verify.sentences).resolve()
+        sentences = sentences_of(path)
+        if export is None:
+            return
+        try:
+            voice = read_voice(export)
+            for text in sentences:
+                text_to_ids(text, voice)
+        except VoiceInputError as e:
+            raise ConfigError(f"{model.name}: verify.sentences: {path.name}: {e}") from None
+        listener = export / model.verify.listener
+        if not (listener / "whisper.json").is_file():
+            raise ConfigError(f"{model.name}: verify.listener: the export has no {model.verify.listener}/ with a "
+                              "speech recognizer's graphs", hint="export one with `--listener WHISPER_FOLDER`")
+
+    def inputs_digest(self, loaded, model) -> str | None:
+        import hashlib
+
+        return hashlib.sha256((loaded.root / model.verify.sentences).resolve().read_bytes()).hexdigest()
 
     def check_chips(self, check: ChipCheck):
         from .check import check_speech
@@ -43,6 +65,47 @@ class PiperRecipe(Recipe):
         members, speech = archive_extras(part.report, part.model, part.soc, part.records, part.stem)
         return ArchiveExtras(members=members, metadata={"speech": speech},
                              readme=readme_context(part.stem, members, part.binaries))
+
+    def device_feeds(self, loaded, report, model, graph: str, cache):
+        """The graph's inputs as CPU says the model's sentences: the encoder's ids, the decoder's windows."""
+        if model.name not in report.exports:
+            return None
+        from pathlib import Path
+
+        import numpy as np
+
+        from .. import DeviceFeeds
+        from .export import sentences_of
+        from .runtime import Voice
+
+        voice = Voice(Path(report.exports[model.name]), device="cpu")
+        feeds: list[dict] = []
+
+        def keep(kind, feed, _outputs):
+            if kind == graph:  # the prepared graph takes int32 where the export takes int64
+                feeds.append({k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feed.items()})
+
+        sentences = sentences_of((loaded.root / model.verify.sentences).resolve())
+        for text in sentences:
+            voice.speak(text, observe=keep)
+        return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds, real=True,
+                           note=f"{len(sentences)} sentences of the model ({graph} inputs as CPU says them)")
+
+    def device_summary(self, runs, metadata):
+        """Real-time factor and time to first audio from the encoder run and decoder window on the device and
+        the runs the chip build took on its sentences."""
+        speech = metadata.get("speech")
+        if not speech or not {"encoder", "decoder"} <= runs.keys():
+            return {}
+        said = speech["sentences"]
+        enc, dec = runs["encoder"].latency.median_ms, runs["decoder"].latency.median_ms
+        audio = sum(s["audio_seconds"] for s in said)
+        n_enc, n_dec = sum(s["pieces"] for s in said), sum(s["decoder_runs"] for s in said)
+        if not audio:
+            return {}
+        return {"voice": {"real_time_factor": round((n_enc * enc + n_dec * dec) / (audio * 1000.0), 4),
+                          "time_to_first_audio_ms": round(enc + dec, 3), "sentences": len(said),
+                          "audio_seconds": round(audio, 3), "encoder_runs": n_enc, "decoder_windows": n_dec}}
 
     def register_cli(self, sub) -> None:
         from . import cli

@@ -89,10 +89,16 @@ def read_voice(folder: Path) -> dict:
             from None
     except (OSError, ValueError) as e:
         raise VoiceInputError(f"{path}: not JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(voice, dict):
+        raise VoiceInputError(f"{path}: expected an object with {', '.join(VOICE_KEYS)}")
     missing = [k for k in VOICE_KEYS if k not in voice]
     if missing:
         raise VoiceInputError(f"{path}: no {', '.join(missing)} (written by the piper export)")
-    if not {BOS, EOS, PAD} <= voice["phoneme_id_map"].keys():
+    id_map = voice["phoneme_id_map"]
+    if not isinstance(id_map, dict) or not all(isinstance(v, list) and v and all(isinstance(i, int) for i in v)
+                                               for v in id_map.values()):
+        raise VoiceInputError(f"{path}: phoneme_id_map: expected phoneme -> [id, ...] (as Piper's .onnx.json)")
+    if not {BOS, EOS, PAD} <= id_map.keys():
         raise VoiceInputError(f"{path}: phoneme_id_map lacks one of {BOS!r} {EOS!r} {PAD!r} (Piper's markers)")
     return voice
 
@@ -156,7 +162,9 @@ class Voice:
         out = self.encoder.run(None, feed)
         _add(seconds, "encoder", time.perf_counter() - t)
         if observe is not None:
+            t = time.perf_counter()
             observe("encoder", feed, out)
+            _add(seconds, "observed", time.perf_counter() - t)
         named = dict(zip((o.name for o in self.encoder.get_outputs()), out))
         m_p, logs_p, x_mask, dp_x = (named[k] for k in ("m_p", "logs_p", "x_mask", "dp_x"))
         t = time.perf_counter()
@@ -179,8 +187,10 @@ class Voice:
             pos = end
         return out
 
-    def decode(self, z: np.ndarray, observe=None, seconds=None, started: float | None = None) -> tuple:
-        """The flow + decoder over z [C, T]: (audio, runs, seconds to the first window's audio)."""
+    def decode(self, z: np.ndarray, observe=None, seconds=None, started: float | None = None,
+               excluded: float = 0.0) -> tuple:
+        """The flow + decoder over z [C, T]: (audio, runs, seconds from ``started`` to the first window's audio,
+        less ``excluded``: what the observer took before)."""
         v = self.voice
         frames, hop = v["frames"], v["hop"]
         total = z.shape[1]
@@ -197,13 +207,14 @@ class Voice:
             feed = {names[0]: zc, names[1]: mask}
             t = time.perf_counter()
             y = self.decoder.run(None, feed)
-            _add(seconds, "decoder", time.perf_counter() - t)
+            done = time.perf_counter()
+            _add(seconds, "decoder", done - t)
+            if first is None and started is not None:  # the graphs' time only: not what ``observe`` does
+                first = done - started - excluded
             if observe is not None:
                 observe("decoder", feed, y)
             y = np.asarray(y[0]).reshape(-1)
             audio[keep_from * hop:keep_to * hop] = y[(keep_from - start) * hop:(keep_to - start) * hop]
-            if first is None and started is not None:
-                first = time.perf_counter() - started
         return audio, len(plan), first
 
     def synthesize(self, ids: list[int], rng=None, observe=None, seconds=None, started=None):
@@ -216,11 +227,13 @@ class Voice:
         z = m if rng is None else \
             m + rng.standard_normal(m.shape, dtype=np.float32) * np.exp(logs) * np.float32(self.voice["noise_scale"])
         _add(seconds, "expand", time.perf_counter() - t)
-        audio, runs, first = self.decode(z.astype(np.float32), observe, seconds, started)
+        observed = (seconds or {}).pop("observed", 0.0)
+        audio, runs, first = self.decode(z.astype(np.float32), observe, seconds, started, observed)
         return audio, z.shape[1], runs, first
 
-    def speak(self, text: str, rng=None, observe=None, silence: float = 0.2) -> Speech:
-        """``text`` spoken: its utterances in order with ``silence`` seconds between them. ``rng`` None: no
+    def speak(self, text: str, rng=None, observe=None, silence: float = 0.0) -> Speech:
+        """``text`` spoken: its utterances in order with ``silence`` seconds between them (Piper's
+        ``sentence_silence``, 0 by default as in Piper's Python API). ``rng`` None: no
         noise (deterministic: CPU and HTP compare sample for sample); a numpy Generator: Piper's sampling."""
         started = time.perf_counter()
         pieces = self.pieces(text)
@@ -301,13 +314,21 @@ def split_sentence(phonemes: list[str], id_map: dict, max_ids: int, text: str = 
 def write_wav(path: str | Path, audio: np.ndarray, rate: int) -> None:
     """16-bit mono PCM, written beside and moved into place (never a half-written WAV)."""
     path = Path(path)
+    if path.is_dir() or not path.parent.is_dir():
+        raise VoiceInputError(f"{path}: {'a folder' if path.is_dir() else 'no folder ' + str(path.parent)}: "
+                              "give a .wav file in an existing folder")
     tmp = path.with_name(f".{path.name}.tmp")
-    with wave.open(str(tmp), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).round().astype("<i2").tobytes())
-    tmp.replace(path)
+    try:
+        with wave.open(str(tmp), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            w.writeframes((np.clip(audio, -1, 1) * 32767).round().astype("<i2").tobytes())
+        tmp.replace(path)
+    except OSError as e:
+        raise VoiceInputError(f"{path}: cannot write it ({e.strerror or e})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,15 +340,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=Path(__file__).resolve().parent, help="the voice folder")
     p.add_argument("--cpu", action="store_true", help="the exported graphs on CPU instead of the context binaries")
     p.add_argument("--seed", type=int, default=None, help="sample Piper's noise with this seed (default: none)")
+    p.add_argument("--sentence-silence", type=float, default=0.0, help="seconds between sentences (default 0)")
     args = p.parse_args(argv)
     try:
+        if args.output.is_dir() or not args.output.parent.is_dir():
+            write_wav(args.output, np.zeros(0, np.float32), 1)  # refused in one line, before any graph runs
         voice = Voice(args.dir, device="cpu" if args.cpu else None)
         rng = None if args.seed is None else np.random.default_rng(args.seed)
-        s = voice.speak(args.text, rng=rng)
+        s = voice.speak(args.text, rng=rng, silence=max(0.0, args.sentence_silence))
         write_wav(args.output, s.audio, s.sample_rate)
     except VoiceInputError as e:
         print(f"speak: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # onnxruntime or espeak-ng refusing: one line, the exit code of a bad run
+        print(f"speak: error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", file=sys.stderr)
+        return 1
     busy = sum(s.seconds.values())
     print(f"{args.output}: {s.audio_seconds:.2f} s of audio, {s.pieces} utterance(s), {s.chunks} decoder run(s) on "
           f"{voice.device}; real-time factor {busy / max(s.audio_seconds, 1e-9):.3f}, first audio after "

@@ -19,10 +19,20 @@ class WhisperRecipe(Recipe):
     inputs_note = "the model's clips (transcript verification)"
     graph_samples = False  # the archive ships a clip and what the chip transcribed from it
 
-    def check_inputs(self, loaded, model) -> None:
+    def check_inputs(self, loaded, model, export=None) -> None:
         from .check import load_clips
 
         load_clips(loaded.root, model.verify.clips)
+
+    def inputs_digest(self, loaded, model) -> str | None:
+        """The clips by content (each clip's sha256 and text); the recordings are pinned in the matrix."""
+        import hashlib
+        import json
+
+        from .check import load_clips
+
+        clips = [[c.name, c.sha256, c.text] for c in load_clips(loaded.root, model.verify.clips)]
+        return hashlib.sha256(json.dumps(clips).encode()).hexdigest()
 
     def calibration(self, loaded, model, graph: str, export: Path):
         """A speech model calibrates on its clips, decoded on CPU: the encoder on their features, the decoder
