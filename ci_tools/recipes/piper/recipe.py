@@ -66,30 +66,21 @@ class PiperRecipe(Recipe):
         return ArchiveExtras(members=members, metadata={"speech": speech},
                              readme=readme_context(part.stem, members, part.binaries))
 
+    def calibration(self, loaded, model, graph: str, export):
+        """A quantized graph calibrates on the model's sentences as CPU says them."""
+        return _feeds(loaded, model, graph, export)[1]
+
     def device_feeds(self, loaded, report, model, graph: str, cache):
         """The graph's inputs as CPU says the model's sentences: the encoder's ids, the decoder's windows."""
         if model.name not in report.exports:
             return None
         from pathlib import Path
 
-        import numpy as np
-
         from .. import DeviceFeeds
-        from .export import sentences_of
-        from .runtime import Voice
 
-        voice = Voice(Path(report.exports[model.name]), device="cpu")
-        feeds: list[dict] = []
-
-        def keep(kind, feed, _outputs):
-            if kind == graph:  # the prepared graph takes int32 where the export takes int64
-                feeds.append({k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feed.items()})
-
-        sentences = sentences_of((loaded.root / model.verify.sentences).resolve())
-        for text in sentences:
-            voice.speak(text, observe=keep)
+        sentences, feeds = _feeds(loaded, model, graph, Path(report.exports[model.name]))
         return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds, real=True,
-                           note=f"{len(sentences)} sentences of the model ({graph} inputs as CPU says them)")
+                           note=f"{sentences} sentences of the model ({graph} inputs as CPU says them)")
 
     def device_summary(self, runs, metadata):
         """Real-time factor and time to first audio from the encoder run and decoder window on the device and
@@ -111,3 +102,23 @@ class PiperRecipe(Recipe):
         from . import cli
 
         cli.register(sub)
+
+
+def _feeds(loaded, model, graph: str, export) -> tuple[int, list[dict]]:
+    """(sentences, the graph's inputs as CPU says them): ids for the encoder, latent windows for the decoder."""
+    import numpy as np
+
+    from .export import sentences_of
+    from .runtime import Voice
+
+    voice = Voice(export, device="cpu")
+    feeds: list[dict] = []
+
+    def keep(kind, feed, _outputs):
+        if kind == graph:  # the prepared graph takes int32 where the export takes int64
+            feeds.append({k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feed.items()})
+
+    sentences = sentences_of((loaded.root / model.verify.sentences).resolve())
+    for text in sentences:
+        voice.speak(text, observe=keep)
+    return len(sentences), feeds
