@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..compile.records import CACHED, OK, TargetRecord, read_target
 from ..compile.target_job import COMPILE_VERSION, copy_atomic, put_in_store
+from ..compile.verify import JUDGE_VERSION
 from ..matrix.plan import Target
 from ..matrix.schema import Model
 from ..prepare.graph import Prepared, generated_inputs_note
@@ -37,7 +38,7 @@ def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str
                verify: str | None = None) -> str:
     """``verify``: a digest of what the target is verified on (its real samples, or how its inputs are
     generated): new samples re-verify it, never "cached" on the old inputs."""
-    return _digest({**_compile_spec(t, prepared, backend, sdk, calib), "verify": verify})
+    return _digest({**_compile_spec(t, prepared, backend, sdk, calib), "verify": verify, "judge": JUDGE_VERSION})
 
 
 def compile_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:
@@ -45,7 +46,8 @@ def compile_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: st
     (``options.verify``), so a new threshold or new samples judge the same binaries again, never compile them
     again (a 3-layer LSTM compiles for half an hour)."""
     spec = _compile_spec(t, prepared, backend, sdk, calib)
-    spec["options"].pop("verify", None)
+    for judging in ("verify", "where", "constant_outputs"):
+        spec["options"].pop(judging, None)
     return _digest(spec)
 
 

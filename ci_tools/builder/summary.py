@@ -23,6 +23,9 @@ def summary(report: BuildReport) -> str:
              f"{report.seconds:.1f}s; SDK {report.sdk_version}; report: {report.path}")
     if any(r.passed_by == "max_abs" for r in report.records):
         text += ("\n* passed on the absolute tolerance (max_abs), not on cosine")
+    for r in report.records:
+        for rule in r.rules or []:
+            text += f"\nrule {r.id}: {rule}"
     if any(r.built and not r.verified for r in report.records):
         text += ("\nnote: unverified targets were never run on the HTP emulator (this route has none here): "
                  "`package --require-verified` refuses them")

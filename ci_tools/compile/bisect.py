@@ -41,6 +41,9 @@ class Bisection:
         if self.first is None:
             return f"bisect on {self.sample}: {self.note}"
         f = self.first
+        if f.get("reference_nonfinite"):
+            return (f"bisect on {self.sample}: CPU itself first answers NaN/Inf at node {f['node']} ({f['op']}), "
+                    f"{f['reference_nonfinite']} value(s) of '{f['tensor']}': the samples or the model, not the chip")
         before = ", ".join(f"'{i['tensor']}' cosine {i['cosine']:.6f}" for i in f["inputs"]) or \
             "the graph's inputs"
         text = (f"first divergent node: {f['node']} ({f['op']}{' ' + f['attrs'] if f['attrs'] else ''}) on "
@@ -142,46 +145,24 @@ def bisect(graph: Path, feed: dict[str, np.ndarray], soc, thresholds, *, sample:
     """The first node of ``graph`` whose output HTP computes unlike CPU on ``feed`` (see the module)."""
     import onnx
 
-    from .verify import judge
-
     m = onnx.load(str(graph))
     names, infos, made = candidates(m, quantized)
     result = Bisection(sample=sample, candidates=len(names))
-    order = {n: k for k, n in enumerate(names)}
-    lo, hi = -1, len(names)  # names[lo] agrees (or the inputs), names[hi] fails (or the outputs)
-    seen_fail = False
+    if not names:  # nothing between the inputs and the outputs to probe: said at once, without a compile
+        result.note = ("nothing to probe: the graph has no float intermediate between its inputs and its outputs "
+                       "(the outputs' own numbers are the whole story)")
+        return result
     with tempfile.TemporaryDirectory(prefix="qnn-release-bisect.") as tmp:
         probe = _Probe(m, infos, feed, soc, quantized, Path(tmp))
-        cpu_all: dict = {}
-        for _ in range(rounds):
-            stretch = names[lo + 1:hi]
-            if not stretch:
-                break
-            picked = _spread(stretch, budget)
-            cpu, htp = probe.run(picked)
-            cpu_all.update(cpu)
-            for name in picked:
-                d = judge(cpu[name], htp[name], thresholds)
-                result.numbers[name] = {"cosine": round(float(d["cosine"]), 6), "snr_db": round(float(d["snr_db"]), 2),
-                                        "max_abs": float(f"{d['max_abs']:.4g}"), "passed": not d["failures"],
-                                        "peak_cpu": float(np.max(np.abs(cpu[name]))) if np.asarray(cpu[name]).size
-                                        else 0.0}
-            result.probed += len(picked)
-            failing = [n for n in picked if not result.numbers[n]["passed"]]
-            if not failing:  # the stretch's last one is in the picks: it ends where the first failure was
-                lo = max(lo, order[picked[-1]])
-                break
-            seen_fail = True
-            hi = order[failing[0]]
-            agreeing = [n for n in picked if order[n] < hi and result.numbers[n]["passed"]]
-            lo = order[agreeing[-1]] if agreeing else lo
-            if len(stretch) <= budget:
-                break
+        lo, hi, seen_fail, outputs_agree = _hunt(probe, names, result, thresholds, [o.name for o in m.graph.output],
+                                                 budget, rounds)
         result.compiles = probe.compiles
     if not seen_fail:
-        result.note = (f"every one of {result.probed} probed intermediates agrees with CPU: the divergence is at the "
-                       "graph's outputs, or inside a fusion that the extra outputs prevented (split the graph at "
-                       "its last nodes to see)")
+        result.note = (f"nothing found: every one of {result.probed} probed intermediates agrees with CPU, and "
+                       + ("so do the outputs in the probe graph (the extra outputs changed what HTP fused, or the "
+                          "failure is the bar's, not a wrong node)" if outputs_agree else
+                          "the outputs do not: the divergence is in the last nodes, or inside a fusion the extra "
+                          "outputs prevented (split the graph at its last nodes to see)"))
         return result
     bad = names[hi]
     node = made[bad]
@@ -194,6 +175,46 @@ def bisect(graph: Path, feed: dict[str, np.ndarray], soc, thresholds, *, sample:
         result.last_agreeing = {"tensor": names[lo], **result.numbers[names[lo]]}
     result.known, result.fix = explain(m, node, result.numbers[bad], quantized)
     return result
+
+
+def _hunt(probe: _Probe, names: list[str], result: Bisection, thresholds, outputs: list[str], budget: int,
+          rounds: int) -> tuple[int, int, bool, bool | None]:
+    """The probe rounds: (the last agreeing index, the first failing one, whether any failed, whether the
+    graph's own outputs agreed in the first probe)."""
+    from .verify import judge
+
+    order = {n: k for k, n in enumerate(names)}
+    lo, hi = -1, len(names)  # names[lo] agrees (or the inputs), names[hi] fails (or the outputs)
+    seen_fail, outputs_agree = False, None
+    for _ in range(rounds):
+        stretch = names[lo + 1:hi]
+        if not stretch:
+            break
+        picked = _spread(stretch, budget)
+        cpu, htp = probe.run(picked)
+        if outputs_agree is None:
+            outputs_agree = all(not judge(cpu[o], htp[o], thresholds)["failures"] for o in outputs
+                                if o in cpu and o in htp)
+        for name in picked:
+            d = judge(cpu[name], htp[name], thresholds)
+            result.numbers[name] = {"cosine": round(float(d["cosine"]), 6), "snr_db": round(float(d["snr_db"]), 2),
+                                    "max_abs": float(f"{d['max_abs']:.4g}"), "passed": not d["failures"],
+                                    "peak_cpu": float(np.nanmax(np.abs(cpu[name])))
+                                    if np.isfinite(cpu[name]).any() else 0.0,
+                                    **({"reference_nonfinite": d["reference_nonfinite"]}
+                                       if d.get("reference_nonfinite") else {})}
+        result.probed += len(picked)
+        failing = [n for n in picked if not result.numbers[n]["passed"]]
+        if not failing:  # the stretch's last one is in the picks: it ends where the first failure was
+            lo = max(lo, order[picked[-1]])
+            break
+        seen_fail = True
+        hi = order[failing[0]]
+        agreeing = [n for n in picked if order[n] < hi and result.numbers[n]["passed"]]
+        lo = order[agreeing[-1]] if agreeing else lo
+        if len(stretch) <= budget:
+            break
+    return lo, hi, seen_fail, outputs_agree
 
 
 def explain(m, node, numbers: dict, quantized: bool) -> tuple[str | None, str | None]:

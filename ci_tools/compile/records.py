@@ -79,6 +79,7 @@ class TargetRecord:
     emulator_seconds_total: float | None = None
     verify_samples: int | None = None
     passed_by: str | None = None
+    rules: list | None = None  # every rule other than the default bars an output passed by, in words
     worst_output: str | None = None
     per_sample: list | None = None
     samples: dict | None = None

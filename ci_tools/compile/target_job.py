@@ -269,7 +269,8 @@ def _verified(spec: TargetSpec, verification, note: str) -> dict:
     out = {"verified": True, "verified_on": REAL if spec.sample_set is not None else GENERATED,
            "parity": v.parity.as_dict(), "per_output": v.per_output, "thresholds": v.thresholds,
            "emulator_seconds": round(v.emulator_seconds, 4), "emulator_seconds_total": round(total, 4),
-           "verify_samples": v.samples, "passed_by": v.passed_by, "worst_output": v.worst_output,
+           "verify_samples": v.samples, "passed_by": v.passed_by, "rules": list(v.rules) or None,
+           "worst_output": v.worst_output,
            "per_sample": v.per_sample}
     if spec.sample_set is not None:
         out["samples"] = spec.sample_set.as_dict()
@@ -311,8 +312,8 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
             return None
         total = time.monotonic() - start
         steps = sum(len(st) for _, st in ss.streams)
-        how = Judging(precision=spec.precision, inputs_note=inputs_note, slices=spec.options.slices, stream=ss.stream,
-                      carried=carried)
+        how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note, stream=ss.stream,
+                         carried=carried)
         try:
             v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th,
                               total / max(1, steps), how)
@@ -330,8 +331,8 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         return None
     outputs, emu_seconds = ran
     reference = run_cpu(spec.prepared.path, feeds)
-    how = Judging(precision=spec.precision, inputs_note=inputs_note, argmax=ss.argmax if ss is not None else None,
-                  slices=spec.options.slices)
+    how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note,
+                     argmax=ss.argmax if ss is not None else None)
     try:
         v = check(spec.target_id, names, reference, outputs, th, emu_seconds, sample_names, how)
     except VerifyError as e:
@@ -388,6 +389,8 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
     from .bisect import ROUNDS, bisect
 
     details = e.details or {}
+    if details.get("cause") == "reference":  # CPU's own answer is the fault: there is no chip to hunt in
+        return
     worst = (details.get("per_output") or {}).get(details.get("worst_output") or "", {})
     sample = worst.get("sample") if worst.get("sample") in feeds else next(iter(feeds), None)
     embedded = spec.backend == "ort"

@@ -102,8 +102,7 @@ def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[
     numbers = {"cosine": round(overall.cosine, 6), "snr_db": round(overall.snr_db, 2),
                "max_abs": float(f"{overall.max_abs:.4g}"), "nan_count": overall.nan_count}
     try:
-        how = Judging(precision=r.precision, inputs_note=inp.note, argmax=inp.argmax or None,
-                      slices=model.options.slices or None)
+        how = Judging.of(model.options, precision=r.precision, inputs_note=inp.note, argmax=inp.argmax or None)
         v = check(r.id, inp.output_names, inp.reference, got, thresholds_for(model.options, r.precision), None,
                   inp.names, how)
     except VerifyError as e:

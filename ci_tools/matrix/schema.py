@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..catalog.socs import Catalog, Soc, UnknownSocError, load_catalog
 from ..errors import ConfigError
@@ -66,6 +66,10 @@ class InputSpec(_Frozen):
 class Thresholds(_Frozen):
     min_cosine: float | None = Field(default=None, ge=-1, le=1)
     max_abs: float | None = Field(default=None, ge=0, description="absolute tolerance; enough on its own to pass")
+    max_rel: float | None = Field(
+        default=None, ge=0, le=1, description="tolerance relative to the output's CPU peak over the samples (max "
+        "|HTP - CPU| / max |CPU|), enough on its own to pass where cosine and SNR are low: an absolute bar means "
+        "nothing on an output that never nears 1 (a detector's sigmoid scores peaking at 0.1)")
     min_snr_db: float | None = None
     min_deviation_snr_db: float | None = Field(
         default=None, description="how well the output's deviations from its CPU mean agree (dB), judged where the "
@@ -124,6 +128,22 @@ class OutputSlice(_Frozen):
     stop: int | None = Field(default=None, gt=0, description="one past the last index (default: the axis' end)")
 
 
+class Gate(_Frozen):
+    output: str = Field(description="the output whose CPU values say where the gated output matters")
+    min: float | None = Field(default=None, description="judged where the gate's CPU value is >= this")
+    max: float | None = Field(default=None, description="judged where the gate's CPU value is <= this")
+
+    @model_validator(mode="after")
+    def _bound(self) -> Gate:
+        if self.min is None and self.max is None:
+            raise ValueError("a gate needs min or max (e.g. {output: confidence, min: 0.5})")
+        return self
+
+    def rule(self) -> str:
+        return " and ".join(x for x in (f"{self.output} >= {self.min:g}" if self.min is not None else "",
+                                        f"{self.output} <= {self.max:g}" if self.max is not None else "") if x)
+
+
 class Options(_Frozen):
     fan_out: Literal["chip", "target"] = Field(
         default="chip", description="one CI job per chip and precision (graphs converted once), or per target")
@@ -138,12 +158,28 @@ class Options(_Frozen):
     slices: dict[str, Annotated[dict[Name, OutputSlice], Field(min_length=1)]] = Field(
         default={}, description="output -> named slices judged on their own, for an output that mixes scales: "
         "{output0: {boxes: {stop: 4}, scores: {start: 4}}} (a detector's box pixels and class scores in one tensor)")
+    where: dict[str, Gate] = Field(
+        default={}, description="output -> a gate: the output is judged only at the positions where another "
+        "output's CPU value passes the gate, as the app reads it ({f0: {output: confidence, min: 0.5}}: pitch only "
+        "where the model is confident); the gate's shape must broadcast to the output's; a sample where the gate "
+        "selects nothing skips the output, and no position on any sample fails it")
+    constant_outputs: list[str] = Field(
+        default=[], description="outputs that are constant on CPU by design (a mask, a fixed flag): judged as the "
+        "others are; any other output whose CPU reference is one constant value on every sample is refused (a "
+        "binary answering that constant, or nothing, would pass it)")
     device_parity: Literal["fail", "record"] = Field(
         default="fail", description="a device run (qnn-release device-numbers) whose outputs disagree with CPU: "
         "fail the target as an emulator failure does (package refuses it), or only record it")
     fp16_unknown: Literal["refuse", "try"] = Field(
         default="refuse", description="fp16 on a chip whose fp16 support no source gives (fp16: null in "
         "matrix/socs.yaml): refuse it, or try (the compile fails if the HTP has no fp16)")
+
+    @model_validator(mode="after")
+    def _gated_not_sliced(self) -> Options:
+        both = sorted(set(self.where) & set(self.slices))
+        if both:
+            raise ValueError(f"output {both[0]!r} is both gated (where) and sliced (slices): judge it one way")
+        return self
 
 
 class HfSource(_Frozen):

@@ -112,9 +112,13 @@ class Verification(_M):
     samples: int | None = Field(description="how many inputs the binary was run on")
     description: str | None = Field(default=None, description="how the inputs were made: the generator and the "
                                     "value range of each input, or the samples' folder")
-    passed_by: Literal["cosine", "max_abs", "argmax"] | None = Field(
-        default=None, description="max_abs: passed on the absolute tolerance, not on cosine; argmax: judged by the "
-        "class each position picks (samples.argmax)")
+    passed_by: Literal["cosine", "max_abs", "max_rel", "argmax"] | None = Field(
+        default=None, description="max_abs: passed on the absolute tolerance, not on cosine; max_rel: on the "
+        "tolerance relative to the output's CPU peak; argmax: judged by the class each position picks "
+        "(samples.argmax)")
+    rules: list[str] | None = Field(
+        default=None, description="every rule other than the default bars (cosine, SNR) an output passed by, in "
+        "words: a tolerance, the class picked, a gate (options.where), an output constant by design")
     per_sample: list[SampleNumbers] | None = Field(
         default=None, description="every sample's numbers per output, HTP against CPU (the parity is the worst)")
 

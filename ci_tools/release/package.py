@@ -29,6 +29,7 @@ from ..recipes import ArchiveExtras, ArchivePart, recipe_for
 from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, write_atomic, write_json
+from ..util.metrics import nonfinite
 from ..util.qnn_version import core as version_core
 from ..util.validation import first_error
 from .archive import make_tar_bz2
@@ -96,11 +97,23 @@ def _source_info(model: Model, prepared: list[Prepared]) -> dict:
             "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
 
 
-def _sample_members(top: str, prep: Prepared, seed: int) -> list[tuple[str, bytes]]:
+def _sample_members(top: str, prep: Prepared, seed: int, constant_ok: list[str]) -> list[tuple[str, bytes]]:
+    """The archive's ``sample/``: inputs and the outputs CPU gives for them, which an app's smoke test on a phone
+    compares with. Checked as a verification is before it is written: an expected output that is NaN, or one
+    constant everywhere (an all-zero binary would match it), is no expectation."""
     import io
 
     feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges)
     (expected,) = run_cpu(prep.path, feeds)
+    for t, arr in zip(prep.outputs, expected):
+        a = np.asarray(arr, dtype=np.float64)
+        bad = nonfinite(a)
+        if bad or (a.size > 1 and t.name not in constant_ok and float(a.min()) == float(a.max())):
+            what = f"{bad} NaN/Inf value(s)" if bad else f"the constant {float(a.flat[0]):g} everywhere"
+            raise PackageError(f"{prep.model}/{prep.graph}: the archive's expected output '{t.name}' would be {what} "
+                               "(CPU on the sample input): an app's smoke test would pass any binary on it",
+                               hint="the model needs inputs in its range (`inputs.<name>.range` in the matrix), or "
+                               "declare the output in options.constant_outputs if it is constant by design")
     members = []
     for kind, names, arrays in (("inputs", [t.name for t in prep.inputs], [feeds[0][t.name] for t in prep.inputs]),
                                 ("outputs", [t.name for t in prep.outputs], expected)):
@@ -327,7 +340,7 @@ class _Archives:
         members += [(f"{stem}/{target.context_onnx}", folder / target.context_onnx), (f"{stem}/{binary.name}", binary)]
         recipe = recipe_for(model)
         if recipe is None or recipe.graph_samples:  # else the recipe ships samples of its own kind
-            members += _sample_members(stem, prep, model.calibration.seed)
+            members += _sample_members(stem, prep, model.calibration.seed, model.options.constant_outputs)
         graph = {"name": r.graph, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
                  "stub_io": qnn_ep.stub_io_names(folder / target.context_onnx, prep),
                  "parameters": prep.parameters or None, "source_parameters": prep.source_parameters or None,
@@ -437,7 +450,8 @@ def verification(model: Model, target: TargetRecord) -> dict | None:
         f"seed {model.calibration.seed}"
     return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
             "description": target.verify_inputs, "files": (target.samples or {}).get("files"),
-            "samples": target.verify_samples, "passed_by": target.passed_by, "per_sample": target.per_sample}
+            "samples": target.verify_samples, "passed_by": target.passed_by, "rules": target.rules,
+            "per_sample": target.per_sample}
 
 
 def _asset(cls: type, /, **values):

@@ -99,6 +99,7 @@ def _ok_cell(asset: ModelAsset, meta: Metadata | None) -> dict:
             "snr_db": min(p.snr_db for p in parity) if parity else None,
             "max_abs": max(p.max_abs for p in parity) if parity else None,
             "by_max_abs": any(n.verification is not None and n.verification.passed_by == "max_abs" for n in numbers),
+            "rules": [r for n in numbers if n.verification is not None for r in n.verification.rules or []],
             "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
             "transcript": _transcript(meta.transcript if meta else None),
             "speech": _speech(meta.speech if meta else None),

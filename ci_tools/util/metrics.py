@@ -1,4 +1,8 @@
-"""Parity metrics between a reference output (CPU) and a compiled one (HTP), NaN-free."""
+"""Parity metrics between a reference output (CPU) and a compiled one (HTP), NaN-free.
+
+The numbers are taken over the positions where both sides are finite; where none is left (a reference that is
+NaN everywhere) they say disagreement, never agreement: nothing compared is not a match. Whether a non-finite
+reference fails a sample is the judge's rule (``compile/verify.judge``), which names it."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ def compare(ref: np.ndarray, out: np.ndarray) -> Parity:
         raise ValueError(f"shape mismatch: {ref.size} vs {out.size} elements")
     nan_count = int(np.count_nonzero(~np.isfinite(out)))
     finite = np.isfinite(out) & np.isfinite(ref)
+    if not finite.any():  # nothing to compare (empty, or non-finite on a side everywhere): no agreement
+        return Parity(cosine=0.0, max_abs=0.0, snr_db=-SNR_CAP_DB, nan_count=nan_count)
     r, o = ref[finite], out[finite]
     nr, no = float(np.linalg.norm(r)), float(np.linalg.norm(o))
     if nr == 0.0 and no == 0.0:
@@ -45,9 +51,12 @@ def compare(ref: np.ndarray, out: np.ndarray) -> Parity:
         snr = -SNR_CAP_DB
     else:
         snr = float(np.clip(10.0 * math.log10(signal / noise), -SNR_CAP_DB, SNR_CAP_DB))
-    if nan_count and finite.sum() == 0:
-        cosine, max_abs, snr = 0.0, 0.0, -SNR_CAP_DB
     return Parity(cosine=cosine, max_abs=max_abs, snr_db=snr, nan_count=nan_count)
+
+
+def nonfinite(a: np.ndarray) -> int:
+    """How many values of ``a`` are NaN or infinite."""
+    return int(np.count_nonzero(~np.isfinite(np.asarray(a, dtype=np.float64))))
 
 
 def worst(parities: list[Parity]) -> Parity:

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ci_tools.compile.verify import Judging, check
+from ci_tools.errors import VerifyError
 from ci_tools.matrix.schema import Thresholds
 from tests import models
 from tests.conftest import path_model, write_matrix
@@ -57,8 +58,10 @@ def test_nans_never_pass_on_the_absolute_tolerance():
     got[3] = np.nan
     with pytest.raises(Exception, match="1 NaN/Inf values"):
         check("t", ["y"], [[ref]], [[got]], FP16, 1.0)
-    got[3] = 0.0
-    check("t", ["y"], [[ref]], [[got]], FP16, 1.0)  # all zero on both: passes
+    got[3] = 0.0  # all zero on both: a reference that is one constant proves nothing (an all-zero binary passes it)
+    with pytest.raises(VerifyError, match="is not judged: CPU answers the constant 0 at all 64 positions"):
+        check("t", ["y"], [[ref]], [[got]], FP16, 1.0)
+    check("t", ["y"], [[ref]], [[got]], FP16, 1.0, how=Judging(constant_outputs=("y",)))  # declared so: judged
 
 
 @pytest.mark.parametrize("precision,words", [("fp16", "65504"), ("w8a16", "calibrate"), ("int8", "calibrate")])
