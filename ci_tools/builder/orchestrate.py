@@ -30,6 +30,7 @@ from ..prepare.quantize import calibration_hash, weight_scales
 from ..recipes import recipe_for
 from ..sources.samples import SampleSet
 from ..sources.store import SourceStore, default_cache, sha256_file
+from ..util.text import clip
 from .exports import model_sources
 from .gates import fp16_range_gate, trial_compile, unused_samples
 from .inputs import calibration, generated, sample_set
@@ -421,7 +422,7 @@ def _as_error(e: Exception, what: str, kind: type[QnnReleaseError]) -> QnnReleas
         return e
     import traceback
 
-    err = kind(f"{what} failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}".rstrip(": "),
+    err = kind(f"{what} failed: {type(e).__name__}: {clip(str(e), 300) if str(e) else ''}".rstrip(": "),
                hint="an unexpected error (run with --verbose for the traceback); please report it")
     if os.environ.get("QNN_RELEASE_VERBOSE"):
         traceback.print_exc()

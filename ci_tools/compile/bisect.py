@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..util.text import clip
+
 BUDGET = 48  # intermediates per probe compile
 ROUNDS = 3
 SKIP_OPS = {"Constant", "Shape", "Size", "QuantizeLinear"}
@@ -253,7 +255,7 @@ def sample_feed(graph: Path, sample: Path | None) -> tuple[dict[str, np.ndarray]
             with np.load(sample, allow_pickle=False) as z:
                 feed = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
-            raise UsageError(f"--sample {sample}: not a readable .npz: {str(e).splitlines()[0][:200]}") from None
+            raise UsageError(f"--sample {sample}: not a readable .npz: {clip(str(e), 200)}") from None
         missing = [v.name for v in inputs if v.name not in feed]
         if missing:
             raise UsageError(f"--sample {sample}: no array for input(s) {', '.join(missing)}",

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import QnnReleaseError, UsageError
+from ..util.text import clip
 
 BATCH = re.compile(r"batch|^n$|^b$|^bs$", re.IGNORECASE)
 
@@ -188,7 +189,7 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
     try:
         m = onnx.load(str(path), load_external_data=False)
     except Exception as e:
-        raise UsageError(f"{path}: not a readable ONNX model: {str(e).splitlines()[0][:200]}") from None
+        raise UsageError(f"{path}: not a readable ONNX model: {clip(str(e), 200)}") from None
     init = {i.name for i in m.graph.initializer}
     inputs = [{"name": v.name, "dtype": _dtype_name(v.type.tensor_type.elem_type), "dims": _dims(v)}
               for v in m.graph.input if v.name not in init]
@@ -286,7 +287,7 @@ def _fp16_range(path: Path, folder: Path) -> dict:
         findings = scan(path, feeds, [f.name for f in files])
     except Exception as e:
         raise UsageError(f"--samples: the model does not run on CPU with {files[0].name}: "
-                         f"{str(e).splitlines()[0][:200]}", hint="the arrays must be named and shaped as the inputs") \
+                         f"{clip(str(e), 200)}", hint="the arrays must be named and shaped as the inputs") \
             from None
     return {"samples": len(files), "findings": [f.as_dict() | {"line": f.line()} for f in findings]}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import BackendUnavailable, CompileError, PackageError
 from ..util import isolated
 from ..util.quiet import redirect_fds
+from ..util.text import clip
 from .ep_log import log_errors, qnn_error_hint, unsupported_from_log
 
 EP_NAME = "QNNExecutionProvider"
@@ -145,7 +146,7 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
                 causes = [x for x in log_errors(text) if "fallback to CPU EP has been explicitly disabled" not in x
                           and "Unsupported nodes" not in x and x not in err.message]
                 if causes and not err.rejected:
-                    err.message = f"{err.message.rstrip(':. ')}; QNN EP: {'; '.join(causes[:2])[:500]}"
+                    err.message = f"{err.message.rstrip(':. ')}; QNN EP: {clip('; '.join(causes[:2]), 500)}"
             err.hint = err.hint or qnn_error_hint(err.message)
             raise err
         ctx, bins = scratch / f"{stem}_ctx.onnx", sorted(scratch.glob("*.bin"))
@@ -242,7 +243,7 @@ def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     for line in text.splitlines():
         if line.strip():
-            return line.strip()[:500]
+            return clip(line, 500)
     return type(e).__name__
 
 

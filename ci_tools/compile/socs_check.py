@@ -205,6 +205,7 @@ def _ep_targets(ep: _Ep, catalog: Catalog, socs: list[Soc], report: Report) -> N
 QAIRT_PROBE = r"""
 import json, sys
 from qti.aisw.converters.common import backend_info
+from ..util.text import clip
 out = {}
 for name in sys.argv[1:]:
     try:
@@ -213,7 +214,7 @@ for name in sys.argv[1:]:
         out[name] = None if not d else {"soc_model": int(d.socModel), "htp_arch": int(str(d.socDspArch).lstrip("vV")),
                                         "vtcm_mb": int(d.vtcmSizeinMB), "fp16": bool(d.supportsFp16)}
     except Exception as e:
-        out[name] = {"error": str(e).splitlines()[0][:200] if str(e) else type(e).__name__}
+        out[name] = {"error": clip(str(e), 200) if str(e) else type(e).__name__}
 print(json.dumps(out))
 """
 

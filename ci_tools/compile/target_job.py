@@ -23,6 +23,7 @@ from ..matrix.schema import Options
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
 from ..util.files import replace_dir, write_json
+from ..util.text import clip
 from .records import CACHED, FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
 FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
@@ -412,7 +413,7 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
     try:
         b = bisect(graph, feeds[sample], spec.soc, thresholds, sample=sample, quantized=spec.precision != "fp16")
     except Exception as x:  # the failure stands as it is; the hunt is extra
-        e.message += f"; bisect could not run: {str(x).splitlines()[0][:200]}; `{again}` repeats it"
+        e.message += f"; bisect could not run: {clip(str(x), 200)}; `{again}` repeats it"
         return
     write_json(folder / "bisect.json", b.as_dict())
     if embedded:

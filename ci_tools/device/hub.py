@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..util.text import clip
 from .numbers import CpuBaseline, Device, Latency, Placement
 
 DEFAULT_URL = "https://workbench.aihub.qualcomm.com"
@@ -80,7 +81,7 @@ def one_line(text: str) -> str:
     they say, without the box."""
     parts = [re.sub(r"[\u2500-\u257f]+", " ", ln) for ln in str(text).splitlines()]
     parts = [re.sub(r"^[\s|+*#-]+|[\s|+*#-]+$", "", re.sub(r"\s+", " ", p)) for p in parts]
-    return " ".join(p for p in parts if p)[:400] or type(text).__name__
+    return clip(" ".join(p for p in parts if p), 400) or type(text).__name__
 
 
 class Hub:

@@ -32,6 +32,7 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache
 from ..util import cmd
+from ..util.text import clip
 from .adb import Adb, AdbFault
 from .common import Settings, judge, log_path, major_minor, now, prepared_for, status_of
 from .inputs import device_inputs
@@ -184,7 +185,7 @@ def _push_runtime(adb: Adb, root: Path, arch: int, lib: str) -> None:
     adb.push(files, lib)
     rc, text = adb.shell(f"chmod 755 {lib}/qnn-net-run")
     if rc:
-        raise AdbFault("unavailable", f"chmod on the phone failed: {text.strip()[:200]}")
+        raise AdbFault("unavailable", f"chmod on the phone failed: {clip(text, 200)}")
     adb._pushed = arch
 
 

@@ -22,6 +22,7 @@ from ..errors import PrepareError
 from ..matrix.schema import Graph, Model
 from ..util.files import as_if_created, write_json
 from ..util.metrics import Parity, compare, worst
+from ..util.text import clip
 from .recurrent import padding_warning
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
@@ -134,7 +135,7 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
         m = onnx.load(str(src))
     except Exception as e:
         raise PrepareError(f"{what}: {graph.file} is not a readable ONNX model: "
-                           f"{str(e).splitlines()[0][:200]}") from None
+                           f"{clip(str(e), 200)}") from None
     notes: list[str] = []
     job = _Job(model=model, graph=graph, src=src, work=work, final=final, what=what, source_sha=source_sha,
                samples=samples, seed=seed, start=start)
@@ -640,7 +641,7 @@ def _simplify(m, what: str, notes: list[str], logs: Path | None = None):
             notes.append("onnxsim failed on the raw graph; constants and If branches folded by "
                          "onnxruntime's basic graph optimizer first")
         except Exception:
-            raise PrepareError(f"{what}: onnxsim failed: {str(first).splitlines()[0][:300]}",
+            raise PrepareError(f"{what}: onnxsim failed: {clip(str(first), 300)}",
                                hint="fix the export (e.g. fold `If` branches, fix shapes) or give constants"
                                ) from None
     if not ok:
@@ -746,7 +747,7 @@ def _parity_with_original(original: Path, prepared: Path, graph: Graph, feeds, c
     try:
         new = run_cpu(prepared, feeds)
     except Exception as e:
-        raise PrepareError(f"{what}: the prepared graph does not run on CPU: {str(e).splitlines()[0][:300]}",
+        raise PrepareError(f"{what}: the prepared graph does not run on CPU: {clip(str(e), 300)}",
                            hint=f"on {generated_inputs_note()}: give index inputs their valid values with "
                            "graphs[].inputs.<name>.range, or real samples with calibration.path") from None
     try:
@@ -761,7 +762,7 @@ def _parity_with_original(original: Path, prepared: Path, graph: Graph, feeds, c
             old.append(orig_sess.run(None, g))
     except Exception as e:
         raise PrepareError(f"{what}: the original graph does not run on CPU with the matrix's shapes: "
-                           f"{str(e).splitlines()[0][:300]}") from None
+                           f"{clip(str(e), 300)}") from None
     parities = [compare(a, b) for o, n in zip(old, new) for a, b in zip(o, n)]
     p = worst(parities)
     if p.cosine < min_cosine or p.nan_count:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import PackageError
 from ..util import cmd
+from ..util.text import clip
 
 MTIME = 1_577_836_800  # 2020-01-01T00:00:00Z: a fixed date, not the build's
 CHUNK = 4 * 900_000  # four bzip2 blocks of 900 kB per stream
@@ -83,7 +84,7 @@ def compress_bz2(src: Path, dest: Path, workers: int | None = None, use_external
             with open(src, "rb") as f, open(tmp, "wb") as g:
                 r = cmd.run(tool, stdin=f, stdout=g, stderr=subprocess.PIPE)
             if r.returncode != 0:
-                raise PackageError(f"{tool[0]} failed on {src.name}: {r.stderr.decode(errors='replace')[:200]}")
+                raise PackageError(f"{tool[0]} failed on {src.name}: {clip(r.stderr.decode(errors='replace'), 200)}")
         else:
             with open(src, "rb") as f, open(tmp, "wb") as g, \
                     ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PackageError
+from ..util.text import clip
 
 MAX_MEMBERS = 10_000  # a model archive holds tens of files, qnn-include a few hundred headers
 MAX_EXPANDED_BYTES = 8 * 1024**3  # GitHub assets are < 2 GiB, and context binaries barely compress
@@ -175,7 +176,7 @@ class _Checker:
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
-    return text.splitlines()[0][:200] if text else type(e).__name__
+    return clip(text, 200) if text else type(e).__name__
 
 
 def check_archive(archive: Path, top: str) -> list[Member]:

@@ -29,6 +29,7 @@ from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, staging_dir
 from ..util.precision import PRECISIONS
+from ..util.text import clip
 from .extract import check_archive, extract_checked
 from .github import Connection, GitHub
 
@@ -63,7 +64,7 @@ def soc_from_adb(serial: str | None = None) -> str:
                                 timeout=30).stdout.strip()
         value = f"soc_id:{soc_id}" if soc_id.isdigit() else ""
     if r.returncode != 0 or not value:
-        raise UsageError(f"adb getprop ro.soc.model failed: {(r.stderr or 'no output').strip()[:200]}",
+        raise UsageError(f"adb getprop ro.soc.model failed: {clip(r.stderr or 'no output', 200)}",
                          hint="is the device connected and authorised (`adb devices`)?")
     return value
 
@@ -95,7 +96,7 @@ def _manifest_assets(manifest: object) -> list[dict]:
     for a in assets:
         name = a.get("name") if isinstance(a, dict) else None
         if not isinstance(name, str) or not _ASSET.fullmatch(name) or not _SHA.fullmatch(str(a.get("sha256"))):
-            raise PackageError(f"manifest.json: asset {str(name)[:80]!r} has no plain .tar.bz2 name or no sha256",
+            raise PackageError(f"manifest.json: asset {clip(name, 80)!r} has no plain .tar.bz2 name or no sha256",
                                hint="the release was not made by qnn-release package")
         pieces = a.get("pieces")
         if pieces is not None and (not isinstance(pieces, list) or not pieces or not all(
@@ -104,7 +105,7 @@ def _manifest_assets(manifest: object) -> list[dict]:
             raise PackageError(f"manifest.json: asset {name!r} has pieces without plain names or sha256",
                                hint="the release was not made by qnn-release package")
         if a.get("release") is not None and a.get("release") not in parts:
-            raise PackageError(f"manifest.json: asset {name!r} is in release {str(a.get('release'))[:80]!r}, which "
+            raise PackageError(f"manifest.json: asset {name!r} is in release {clip(a.get('release'), 80)!r}, which "
                                "is not one of the manifest's parts", hint="the release was not made by qnn-release")
         if a.get("kind") == "model" and (a.get("precision") not in PRECISION_ORDER
                                          or not isinstance(a.get("sdk_version"), str)):

@@ -17,6 +17,7 @@ import requests
 
 from ..errors import PublishError, QnnReleaseError, UsageError
 from ..sources.download import backoff, retry_after
+from ..util.text import clip
 
 RETRY_STATUS = {500, 502, 503, 504}
 MAX_ATTEMPTS = 6
@@ -125,7 +126,7 @@ class GitHub:
         try:
             msg = r.json().get("message", "")
         except ValueError:
-            msg = r.text[:200]
+            msg = clip(r.text, 200)
         hint = {401: "the token is missing or invalid: set GITHUB_TOKEN or GH_TOKEN",
                 403: "the token lacks permission (contents: write) for this repository",
                 404: "check OWNER/NAME and the tag; private repositories need a token"}.get(r.status_code)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..errors import PublishError
+from ..util.text import clip
 from .publish import release_dir, release_files
 
 
@@ -24,9 +25,9 @@ def mirror(dist: Path, repo: str, tag: str, *, dry_run: bool = False, api=None) 
     try:
         info = api.create_commit(repo_id=repo, operations=ops, commit_message=f"qnn-release {tag}")
     except HfHubHTTPError as e:
-        raise PublishError(f"Hugging Face mirror {repo}: {str(e).splitlines()[0][:200]}",
+        raise PublishError(f"Hugging Face mirror {repo}: {clip(str(e), 200)}",
                            hint="check HF_TOKEN (write access) and the repo id") from None
     except (OSError, ValueError) as e:  # connection errors, unexpected answers
-        raise PublishError(f"Hugging Face mirror {repo}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+        raise PublishError(f"Hugging Face mirror {repo}: {type(e).__name__}: {clip(str(e), 200)}",
                            hint="check HF_ENDPOINT and the network") from None
     return f"mirrored {len(files)} files to {repo} in one commit {getattr(info, 'oid', '')}"

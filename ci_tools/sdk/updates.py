@@ -21,6 +21,7 @@ from ..release.github import GitHub
 from ..sources.network import unreachable_as
 from ..util import cmd
 from ..util.files import write_atomic
+from ..util.text import clip
 from ..util.yaml_lines import load_with_lines
 from .install import ZIP_NAME
 
@@ -45,7 +46,7 @@ def check_updates(loaded: LoadedMatrix) -> Updates:
         with unreachable_as(SourceError, f"{sdk.qairt[0].hf_repo}: cannot list files"):
             files = HfApi().list_repo_files(sdk.qairt[0].hf_repo)
     except (HfHubHTTPError, OSError) as e:
-        raise SourceError(f"{sdk.qairt[0].hf_repo}: cannot list files: {str(e).splitlines()[0][:200]}") from None
+        raise SourceError(f"{sdk.qairt[0].hf_repo}: cannot list files: {clip(str(e), 200)}") from None
     qairt = sorted({m[1] for f in files if (m := ZIP_NAME.match(f)) and _v(m[1]) > current}, key=_v, reverse=True)
     base = os.environ.get("QNN_RELEASE_PYPI_URL", "https://pypi.org").rstrip("/")
     try:
@@ -113,7 +114,7 @@ def hub_pins(loaded: LoadedMatrix, version: str | None = None) -> tuple[str, str
                             hint="check hf_repo and file in sdk.qairt, and the network (HF_ENDPOINT)"):
             meta = get_hf_file_metadata(hf_hub_url(entry.hf_repo, entry.file, revision=entry.revision or "main"))
     except (HfHubHTTPError, OSError) as e:
-        raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub did not answer: {str(e).splitlines()[0][:200]}",
+        raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub did not answer: {clip(str(e), 200)}",
                           hint="check hf_repo and file in sdk.qairt, and the network") from None
     sha = (meta.etag or "").strip('"')
     if not re.fullmatch(r"[0-9a-f]{64}", sha) or not re.fullmatch(r"[0-9a-f]{40}", meta.commit_hash or ""):
@@ -136,7 +137,7 @@ def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str
     r = cmd.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        raise PublishError(f"{root}: not a git checkout: {r.stderr.strip()[:200]}")
+        raise PublishError(f"{root}: not a git checkout: {clip(r.stderr, 200)}")
     changed = sorted(line[3:] for line in r.stdout.splitlines() if line[:2].strip() and not line.startswith(" D"))
     if not changed:
         return "nothing changed: no pull request"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import requests
 
 from ..errors import SourceError
+from ..util.text import clip
 from .download import PATIENCE, RETRY_STATUS, Opener, Transient, backoff, network_errors, retry_after
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -58,7 +59,7 @@ def _refused(status: int | None, code: str, repo: str, file: str, revision: str,
     if status in (401, 403):
         return SourceError(f"{repo}@{revision}: {file}: HTTP {status}: not authorised",
                            hint="check HF_TOKEN (a token with read access to this repository)")
-    return SourceError(f"{repo}@{revision}: {file}: HTTP {status} {detail}".strip()[:300])
+    return SourceError(clip(f"{repo}@{revision}: {file}: HTTP {status} {detail}", 300))
 
 
 def _error_code(exc: BaseException) -> str:

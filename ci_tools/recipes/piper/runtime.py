@@ -29,6 +29,15 @@ from pathlib import Path
 import numpy as np
 
 BOS, EOS, PAD = "^", "$", "_"
+
+
+def _clip(text: str, limit: int) -> str:
+    """The first line of ``text`` cut at a word boundary (this file ships alone: ci_tools.util.text.clip's twin)."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    if len(line) <= limit:
+        return line
+    head = line[:limit - 1]
+    return (head.rsplit(" ", 1)[0] if " " in head[limit // 2:] else head).rstrip(" ,;:") + "…"
 BREAKS = (",", ";", ":")  # where a sentence too long for the encoder is split first
 MAX_TEXT_CHARS = 10000
 GRAPHS = {"htp": ("encoder_ctx.onnx", "decoder_ctx.onnx"), "cpu": ("encoder.onnx", "decoder.onnx")}
@@ -276,7 +285,7 @@ def text_to_ids(text: str, voice: dict) -> list[list[int]]:
     for sentence in phonemize(text, voice["espeak_voice"]):
         unknown = sorted({p for p in sentence if p not in id_map})
         if unknown:
-            raise VoiceInputError(f"phoneme(s) {' '.join(repr(p) for p in unknown)} of {text[:60]!r} are not in "
+            raise VoiceInputError(f"phoneme(s) {' '.join(repr(p) for p in unknown)} of {_clip(text, 60)!r} are not in "
                                   f"the voice's phoneme map (espeak-ng voice {voice['espeak_voice']!r}): spell the "
                                   "word differently, or use a voice trained with them")
         for piece in split_sentence(sentence, id_map, max_ids, text):
@@ -285,7 +294,7 @@ def text_to_ids(text: str, voice: dict) -> list[list[int]]:
                 ids += list(id_map[p]) + list(id_map[PAD])
             out.append(ids + list(id_map[EOS]))
     if not out:
-        raise VoiceInputError(f"{text[:60]!r} has nothing to say (espeak-ng gave no phonemes)")
+        raise VoiceInputError(f"{_clip(text, 60)!r} has nothing to say (espeak-ng gave no phonemes)")
     return out
 
 
@@ -302,7 +311,7 @@ def split_sentence(phonemes: list[str], id_map: dict, max_ids: int, text: str = 
         cut = next((i + 1 for i in range(end - 1, start, -1) if phonemes[i] in BREAKS), None) or \
             next((i for i in range(end - 1, start, -1) if phonemes[i] == " "), None)
         if cut is None:
-            raise VoiceInputError(f"a word of {text[:60]!r} is longer than the encoder takes ({max_ids} ids): "
+            raise VoiceInputError(f"a word of {_clip(text, 60)!r} is longer than the encoder takes ({max_ids} ids): "
                                   "put spaces or punctuation into it")
         pieces.append(phonemes[start:cut])
         start = cut
@@ -353,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"speak: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # onnxruntime or espeak-ng refusing: one line, the exit code of a bad run
-        print(f"speak: error: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", file=sys.stderr)
+        print(f"speak: error: {type(e).__name__}: {_clip(str(e), 300)}", file=sys.stderr)
         return 1
     busy = sum(s.seconds.values())
     print(f"{args.output}: {s.audio_seconds:.2f} s of audio, {s.pieces} utterance(s), {s.chunks} decoder run(s) on "

@@ -26,6 +26,7 @@ from ...sources.store import sha256_file
 from ...util.files import write_json
 from ...util.isolated import map_stoppable
 from ...util.metrics import compare, worst
+from ...util.text import clip as clipped
 from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
 
@@ -422,7 +423,7 @@ def _safe(job: ChipJob) -> ChipResult | str:
     except (QnnReleaseError, WhisperInputError) as e:
         return str(e)
     except Exception as e:
-        return f"the transcript check could not run: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        return f"the transcript check could not run: {type(e).__name__}: {clipped(str(e), 300)}"
 
 
 def _export_check(export_dir: Path) -> dict | None:

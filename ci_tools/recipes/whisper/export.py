@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import QnnReleaseError
 from ...util.files import write_atomic, write_json
+from ...util.text import clip as clipped
 from . import graphs
 from .checkpoint import Checkpoint, CheckpointError, load
 from .runtime import mel_filters
@@ -38,7 +39,7 @@ def _tokenizer(folder: Path):
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:
-        raise CheckpointError(f"{path}: not a tokenizers file: {str(e).splitlines()[0][:200]}") from None
+        raise CheckpointError(f"{path}: not a tokenizers file: {clipped(str(e), 200)}") from None
 
 
 def non_speech_tokens(tok) -> list[int]:
@@ -138,7 +139,7 @@ def check_against_ctranslate2(src: Path, out: Path, clips_file: Path, language: 
     try:
         theirs = ctranslate2.models.Whisper(str(src), device="cpu", compute_type="float32")
     except (RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{src}: CTranslate2 cannot load it: {str(e).splitlines()[0][:200]}") from None
+        raise CheckpointError(f"{src}: CTranslate2 cannot load it: {clipped(str(e), 200)}") from None
     for clip in clips:
         audio = read_wav(clip.path)
         mel = log_mel(audio, ours.filters)
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"whisper export: error: {e}", file=sys.stderr)
         return e.exit_code
     except Exception as e:  # a bug: still one line (the build shows the last line of the log)
-        print(f"whisper export: internal error: {type(e).__name__}: {str(e).splitlines()[0][:300]}", file=sys.stderr)
+        print(f"whisper export: internal error: {type(e).__name__}: {clipped(str(e), 300)}", file=sys.stderr)
         return 70
     d = config["dims"]
     print(f"exported Whisper ({config['checkpoint']}, d_model {d['d_model']}, {d['encoder_layers']}+"
