@@ -334,3 +334,43 @@ def feature_rnn(path: Path, features: int = 8, hidden: int = 16, seed: int = 2) 
                           [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1]),
                            helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [1, hidden])], inits)
     return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def paddle_like_export(path: Path, seed: int = 5) -> Path:
+    """What four exports the project met do, in one graph (#40 item 5): x[1,3,16,16] -> a dynamically quantized
+    Conv (quantize_dynamic's DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul -> Add) -> a bare Erf (GELU's
+    0.5 folded away, as a Paddle export does) -> mean over H, W -> MatMul with an int8 table read through a
+    Transpose before its DequantizeLinear (a tied embedding) -> Cast to DOUBLE -> Softmax -> Cast back ->
+    probs[1, 50]."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "W")
+    b = numpy_helper.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "B")
+    scale_in = numpy_helper.from_array(np.array(0.7, np.float32), "k")
+    axes = numpy_helper.from_array(np.array([2, 3], np.int64), "hw")
+    table = rng.integers(-127, 128, (50, 8)).astype(np.int8)
+    t_q = numpy_helper.from_array(table, "E_q")
+    t_s = numpy_helper.from_array(np.array(0.05, np.float32), "E_scale")
+    t_z = numpy_helper.from_array(np.array(0, np.int8), "E_zp")
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Mul", ["c", "k"], ["ck"], name="scale"),
+             helper.make_node("Erf", ["ck"], ["e"], name="erf"),
+             helper.make_node("ReduceMean", ["e", "hw"], ["pooled"], keepdims=0, name="pool"),
+             helper.make_node("Transpose", ["E_q"], ["Et_q"], perm=[1, 0], name="tie"),
+             helper.make_node("DequantizeLinear", ["Et_q", "E_scale", "E_zp"], ["Et"], name="tie_dq"),
+             helper.make_node("MatMul", ["pooled", "Et"], ["logits"], name="proj"),
+             helper.make_node("Cast", ["logits"], ["logits64"], to=TensorProto.DOUBLE, name="to_double"),
+             helper.make_node("Softmax", ["logits64"], ["p64"], axis=-1, name="softmax"),
+             helper.make_node("Cast", ["p64"], ["probs"], to=TensorProto.FLOAT, name="to_float")]
+    graph = helper.make_graph(nodes, "paddle_like", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                  [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 50])],
+                              [w, b, scale_in, axes, t_q, t_s, t_z])
+    with tempfile.TemporaryDirectory() as tmp:
+        float_path = Path(tmp) / "float.onnx"
+        save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), float_path)
+        quantize_dynamic(str(float_path), str(path), op_types_to_quantize=["Conv"], weight_type=QuantType.QInt8)
+    return path

@@ -26,6 +26,8 @@ def trial_compile(route, prep: Prepared, targets: list[Target], out: Path, cache
     diagnosis = route.doctor(prep, t.soc, quantized)
     if diagnosis is None or not diagnosis.rejected:
         return None
+    graph = next((g for g in t.model.graphs if g.name == prep.graph), None)
+    diagnosis.declared = tuple(graph.fixes) if graph is not None else ()
     from ..errors import CompileError
 
     what = f"{targets[0].precision} " if quantized is not None else "fp16 "
@@ -55,6 +57,12 @@ def unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | No
         if name in judged_whole:
             return ConfigError(f"{m.name}: options.slices.{name}: the output is also judged whole (samples.argmax or "
                                "samples.stream names it)", hint="judge it whole or by slices, not both")
+    named = [("options.where", n) for gate in m.options.where.items() for n in (gate[0], gate[1].output)] + \
+        [("options.constant_outputs", n) for n in m.options.constant_outputs]
+    for key, name in named:
+        if name not in outputs and len(preps) == len(m.graphs):
+            return ConfigError(f"{m.name}: {key}: no graph has the output '{name}'",
+                               hint=f"outputs: {', '.join(sorted(outputs))}")
     for b in blocks:
         for name in b.argmax:
             if name not in outputs and len(preps) == len(m.graphs):

@@ -16,8 +16,8 @@ from pathlib import Path
 from .ep_log import unsupported_from_log
 
 # bump when a change here would judge a graph differently: trial verdicts cached on disk are keyed by it
-# (2: the EP's own I/O quantization, moved ahead of a layout Transpose, is never a rejection)
-DOCTOR_VERSION = 2
+# (2: the EP's own I/O quantization, moved ahead of a layout Transpose, is never a rejection; 3: float64 named)
+DOCTOR_VERSION = 3
 # op type -> (why HTP rejects it, what to do). Groups share one explanation.
 _DYNAMIC_QUANT = ("the graph is dynamically quantized ONNX (int8 weights, activations quantized at run time), "
                   "which HTP does not run",
@@ -34,8 +34,11 @@ CAUSES: dict[str, tuple[str, str]] = {
     "QLinearMatMul": _DYNAMIC_QUANT, "QLinearConv": _DYNAMIC_QUANT,
     "If": _CONTROL_FLOW, "Loop": _CONTROL_FLOW, "Scan": _CONTROL_FLOW,
     "NonZero": _DATA_SIZED, "Unique": _DATA_SIZED, "NonMaxSuppression": _DATA_SIZED, "Compress": _DATA_SIZED,
-    "Erf": ("exact GELU written with Erf: the QNN EP leaves Erf on CPU (a speech encoder split in three there)",
-            "export GELU with the tanh approximation (or as one Gelu op)"),
+    "Erf": ("a bare Erf, outside the exact-GELU pattern x * 0.5 * (1 + Erf(x / sqrt(2))) the QNN EP fuses into its "
+            "Gelu (PyTorch's GELU runs on HTP; a Paddle export that folds the 0.5 into the next Conv does not): HTP "
+            "has no Erf kernel",
+            "declare `fixes: [erf]` on the graph (prepare writes it with Abs, Exp and a polynomial, |error| <= "
+            "1.5e-7), or export GELU whole"),
     "Clip": ("HTP's Clip needs constant min and max", "write Max(x, min) / Min(x, max) instead, or declare "
              "graphs[].fixes: [clip-to-max-min] to let prepare rewrite it"),
     "RandomNormal": ("random ops have no HTP kernel", "feed the noise as an input"),
@@ -66,6 +69,20 @@ CAUSES.update({op: _CONTRIB for op in ("FastGelu", "QuickGelu", "BiasGelu", "Ski
                                        "SkipSimplifiedLayerNormalization", "Attention", "EmbedLayerNormalization")})
 CAUSES.update({op: _CONTRIB_ONLY for op in ("MultiHeadAttention", "FusedMatMul", "BiasSoftmax", "BiasAdd",
                                             "GroupQueryAttention")})
+# what a declared fix leaves, where a node it is meant for is still rejected
+LEFT_BY_FIX = {
+    "dequantize": "the rewrite takes constant weights and scales (DequantizeLinear of a constant, through layout ops; "
+                  "MatMulInteger, ConvInteger and DynamicQuantizeLSTM of quantize_dynamic); this node's weights or "
+                  "scales are computed at run time, or it is a QLinear op with no float rewrite here",
+    "erf": "it rewrites Erf of the default domain only",
+    "clip-to-max-min": "it rewrites a Clip of the graph itself, not one inside a subgraph",
+    "einsum": "it rewrites a two-operand Einsum that is a (batched) matrix product with known shapes only",
+    "unfuse-contrib": "it has no rewrite for this contrib op",
+    "float64": "it makes float64 values float32; this node is rejected for another reason",
+}
+_FLOAT64 = ("it computes in float64 (downstream of a Cast to DOUBLE, or a double constant): HTP has no float64",
+            "declare `fixes: [float64]` on the graph (prepare computes that part in float32, checked against the "
+            "original on CPU), or keep the export in float32")
 DEFAULT = ("HTP has no kernel for it (with these input types and shapes)",
            "replace it in the export, or split the graph so it runs outside")
 
@@ -77,6 +94,8 @@ class Diagnosis:
 
     rejected: list[tuple[str, str]]  # (op type, node name)
     details: dict[str, str] = field(default_factory=dict)  # op type -> a sharper reason from the graph
+    fixes: dict[str, str] = field(default_factory=dict)  # op type -> the fix for that sharper reason
+    declared: tuple[str, ...] = ()  # the graph's declared fixes: a cause whose fix is declared says what it left
 
     @property
     def counts(self) -> Counter:
@@ -86,6 +105,12 @@ class Diagnosis:
         out = []
         for op, n in self.counts.most_common():
             reason, fix = CAUSES.get(op, DEFAULT)
+            fix = self.fixes.get(op, fix)
+            named = re.search(r"`fixes: \[([\w-]+)\]`", fix)
+            if named and named[1] in self.declared:  # never "declare the fix" to whom declared it
+                fix = (f"`fixes: [{named[1]}]` is declared and left it: "
+                       + LEFT_BY_FIX.get(named[1], "no rewrite of that fix matches how this node is written")
+                       + "; start from the float export, or split the graph there")
             names = [name for o, name in self.rejected if o == op]
             out.append({"op": op, "count": n, "nodes": names[:5], "reason": self.details.get(op, reason), "fix": fix})
         return out
@@ -167,12 +192,28 @@ def diagnose(model: Path, rejected: list[tuple[str, str]]) -> Diagnosis:
     """Count ``rejected`` per op type and sharpen the reason where the graph tells more (a Clip whose
     bounds are computed at run time or infinite)."""
     d = Diagnosis(rejected=sorted(set(rejected)))
+    for op in _in_float64(model, {name for _, name in rejected}):
+        d.details[op], d.fixes[op] = _FLOAT64
     clips = [name for op, name in rejected if op == "Clip"]
     if clips:
         reason = _clip_reason(model, set(clips))
         if reason:
             d.details["Clip"] = reason
     return d
+
+
+def _in_float64(model: Path, names: set[str]) -> set[str]:
+    """The op types of the named nodes that read or make a float64 value (shapes inferred)."""
+    import onnx
+
+    try:
+        m = onnx.shape_inference.infer_shapes(onnx.load(str(model), load_external_data=False))
+    except Exception:
+        return set()
+    types = {v.name: v.type.tensor_type.elem_type for v in [*m.graph.input, *m.graph.value_info, *m.graph.output]}
+    types.update({i.name: i.data_type for i in m.graph.initializer})
+    return {n.op_type for n in m.graph.node if (n.name or n.output[0]) in names
+            and any(types.get(v) == onnx.TensorProto.DOUBLE for v in [*n.input, *n.output])}
 
 
 def _clip_reason(model: Path, names: set[str]) -> str | None:

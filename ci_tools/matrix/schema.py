@@ -87,17 +87,22 @@ class Graph(_Frozen):
     constants: dict[str, int | float | list[int] | list[float]] = Field(
         default={}, description="inputs folded into constants, e.g. {sr: 16000}")
     fixes: list[Literal["clip-to-max-min", "unfuse-contrib", "dequantize", "einsum",
-                        "convtranspose-output-padding"]] = Field(
+                        "convtranspose-output-padding", "erf", "float64"]] = Field(
         default=[], description="small graph rewrites prepare applies (and checks for parity) where the export "
         "cannot be changed: clip-to-max-min rewrites a Clip with run-time or infinite bounds as Max/Min; "
         "unfuse-contrib rewrites ONNX Runtime's fused contrib ops (EmbedLayerNormalization, Attention, FastGelu, "
         "QuickGelu, Gelu, BiasGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization) as the standard ops "
         "they stand for; "
         "dequantize makes a quantized source its float equivalent (QDQ: weights dequantized, activation Q/DQ "
-        "pairs dropped; quantize_dynamic: MatMulInteger, DynamicQuantizeLSTM and int8 embeddings float again); "
+        "pairs dropped; quantize_dynamic: MatMulInteger, ConvInteger, DynamicQuantizeLSTM and int8 embeddings "
+        "float again, also a table read through layout ops before its DequantizeLinear); "
         "einsum writes a two-operand Einsum that is a (batched) matrix product as Transpose/Reshape/MatMul; "
         "convtranspose-output-padding writes a ConvTranspose's output_padding as end padding (HTP computes a "
-        "depthwise ConvTranspose with output_padding wrongly)")
+        "depthwise ConvTranspose with output_padding wrongly); "
+        "erf writes a bare Erf (outside the exact-GELU pattern the QNN EP fuses) with Abs, Exp and a polynomial "
+        "(Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7); "
+        "float64 computes the graph's float64 part in float32 (HTP has no float64: Cast to DOUBLE casts to FLOAT, "
+        "double constants, inputs and outputs become float32)")
     prescale: dict[str, Annotated[float, Field(gt=1)]] = Field(
         default={}, description="tensor -> k: the LayerNorm/RMSNorm (made of plain ops) that normalises this tensor "
         "runs on tensor / k with eps / k^2, the same output with squares k^2 smaller (fp16 overflow); the fp16 range "

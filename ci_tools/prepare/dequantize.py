@@ -127,17 +127,22 @@ def dequantize(m) -> tuple[int, int]:
     return folded, pairs
 
 
+INTEGER_OPS = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}  # what quantize_dynamic emits -> the float op
+
+
 def dequantize_dynamic(m) -> int:
     """ONNX Runtime's dynamic quantization (``quantize_dynamic``) undone: ``DynamicQuantizeLinear(x) ->
     MatMulInteger(x_q, W_q, x_zp, W_zp) -> Cast -> Mul(x_scale * W_scale)`` is, by the ops' definitions,
     ``MatMul(x, (W_q - W_zp) * W_scale)`` up to x's run-time rounding: written so, with the scale Mul an
-    Identity; what is left unused goes. The MatMuls rewritten."""
+    Identity; what is left unused goes. ``ConvInteger`` (what it emits for every Conv, with the Conv's
+    attributes) the same way, as a ``Conv`` (a per-channel scale runs along the weight's first axis). The
+    MatMuls and Convs rewritten."""
     from onnx import helper, numpy_helper
 
     consts, nodes, made, users = _index(m)
     swap, done = {}, 0
     for n in nodes:
-        dql = made.get(n.input[0]) if n.op_type == "MatMulInteger" else None
+        dql = made.get(n.input[0]) if n.op_type in INTEGER_OPS else None
         if dql is None or dql.op_type != "DynamicQuantizeLinear" or n.input[1] not in consts:
             continue
         casts = users.get(n.output[0], [])
@@ -152,11 +157,16 @@ def dequantize_dynamic(m) -> int:
             continue
         w = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)
         zp = numpy_helper.to_array(consts[n.input[3]]).astype(np.float64) if len(n.input) > 3 and \
-            n.input[3] in consts else 0.0
-        weights = ((w - zp) * numpy_helper.to_array(consts[w_scale]).astype(np.float64)).astype(np.float32)
+            n.input[3] in consts else np.zeros(1)
+        scale = numpy_helper.to_array(consts[w_scale]).astype(np.float64)
+        if n.op_type == "ConvInteger":  # per output channel: the weight's first axis [M, C/group, k...]
+            scale = scale.reshape((-1,) + (1,) * (w.ndim - 1)) if scale.size > 1 else scale
+            zp = zp.reshape((-1,) + (1,) * (w.ndim - 1)) if zp.size > 1 else zp
+        weights = ((w - zp) * scale).astype(np.float32)
         m.graph.initializer.append(numpy_helper.from_array(weights, f"{n.input[1]}_float"))
-        swap[id(n)] = helper.make_node("MatMul", [dql.input[0], f"{n.input[1]}_float"], [n.output[0]],
+        swap[id(n)] = helper.make_node(INTEGER_OPS[n.op_type], [dql.input[0], f"{n.input[1]}_float"], [n.output[0]],
                                        name=f"{n.name or n.output[0]}_float")
+        swap[id(n)].attribute.extend(n.attribute)  # a ConvInteger's pads, strides, dilations, group, kernel_shape
         swap[id(mul)] = helper.make_node("Identity", [casts[0].output[0]], [mul.output[0]],
                                          name=f"{mul.name or mul.output[0]}_unscaled")
         done += 1
@@ -249,3 +259,69 @@ def dequantize_gathers(m) -> int:
     if done:
         _set_nodes(m, [swap.get(id(n), n) for n in nodes if id(n) not in drop])
     return done
+
+
+LAYOUT_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Gather"}  # input 0: the data
+
+
+def dequantize_through_layout(m) -> int:
+    """A DequantizeLinear of an 8-bit constant read through layout ops first (``table_q -> Transpose -> DQ``, a
+    tied embedding; ``Gather(table_q, ids) -> Reshape -> DQ``). Per tensor, dequantizing commutes with every op
+    that only moves or picks elements, so the constant becomes its float value ``(q - zp) * scale`` and the DQ
+    an Identity; per axis, a chain of constants only is computed once (ONNX's reference evaluator) and the DQ
+    then folds as any constant one. The DequantizeLinears rewritten."""
+    from onnx import helper, numpy_helper
+
+    consts, nodes, made, users = _index(m)
+    swap, drop, done = {}, set(), 0
+    for dq in nodes:
+        if dq.op_type != "DequantizeLinear" or dq.input[0] in consts or any(x not in consts for x in dq.input[1:] if x):
+            continue
+        chain, v = [], dq.input[0]
+        while v not in consts:
+            n = made.get(v)
+            if n is None or n.op_type not in LAYOUT_OPS or len(users.get(v, [])) != 1:
+                chain = []
+                break
+            chain.append(n)
+            v = n.input[0]
+        if not chain:
+            continue
+        scale = numpy_helper.to_array(consts[dq.input[1]]).astype(np.float64)
+        zp = numpy_helper.to_array(consts[dq.input[2]]).astype(np.float64) if len(dq.input) > 2 and dq.input[2] \
+            else np.zeros_like(scale)
+        if scale.size == 1:
+            q = numpy_helper.to_array(consts[v]).astype(np.float64)
+            name = f"{v}_float"
+            if name not in consts:
+                m.graph.initializer.append(numpy_helper.from_array(((q - zp.ravel()[0]) * scale.ravel()[0])
+                                                                   .astype(np.float32), name))
+                consts[name] = m.graph.initializer[-1]
+            chain[-1].input[0] = name
+            swap[id(dq)] = helper.make_node("Identity", [dq.input[0]], [dq.output[0]], name=f"{dq.name or v}_float")
+        elif all(i in consts for n in chain for i in n.input[1:] if i):
+            m.graph.initializer.append(numpy_helper.from_array(_evaluate(chain, consts), dq.input[0]))
+            drop.update(id(n) for n in chain)
+        else:
+            continue  # per axis through a run-time Gather: left (the doctor names it)
+        done += 1
+    if done:
+        _set_nodes(m, [swap.get(id(n), n) for n in nodes if id(n) not in drop])
+        made_now = {o for n in m.graph.node for o in n.output}  # the chains' values are float now: inferred again
+        kept = [v for v in m.graph.value_info if v.name in made_now and v.type.tensor_type.elem_type not in (2, 3)]
+        del m.graph.value_info[:]
+        m.graph.value_info.extend(kept)
+    return done
+
+
+def _evaluate(chain: list, consts: dict) -> np.ndarray:
+    """The value a chain of constant layout ops (last made first) gives, by ONNX's reference evaluator."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    ordered = list(reversed(chain))
+    needed = {i for n in ordered for i in n.input if i in consts}
+    g = helper.make_graph(ordered, "chain", [], [helper.make_tensor_value_info(chain[0].output[0], 0, None)],
+                          [consts[i] for i in needed])
+    (out,) = ReferenceEvaluator(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).run(None, {})
+    return np.asarray(out)

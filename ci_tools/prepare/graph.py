@@ -275,14 +275,31 @@ def _apply_fixes(m, graph: Graph, notes: list[str]) -> None:
         n = _clip_to_max_min(m)
         notes.append(f"fix clip-to-max-min: {n} Clip node(s) with run-time or infinite bounds now Max/Min")
     if "dequantize" in graph.fixes:
-        from .dequantize import dequantize, dequantize_dynamic, dequantize_gathers, dequantize_lstm
+        from .dequantize import (
+            dequantize,
+            dequantize_dynamic,
+            dequantize_gathers,
+            dequantize_lstm,
+            dequantize_through_layout,
+        )
 
+        laid = dequantize_through_layout(m)  # first: what it leaves constant, dequantize folds
         folded, pairs = dequantize(m)
-        embeddings, lstms, dynamic = dequantize_gathers(m), dequantize_lstm(m), dequantize_dynamic(m)
+        embeddings, lstms, dynamic = dequantize_gathers(m) + laid, dequantize_lstm(m), dequantize_dynamic(m)
         notes.append(f"fix dequantize: {folded} quantized weight(s) now float, {pairs} activation Q/DQ pair(s) "
-                     f"now a Clip at their saturation bounds, {dynamic} dynamically quantized MatMul(s), {lstms} "
-                     f"DynamicQuantizeLSTM(s) and {embeddings} int8 embedding(s) float again (the float graph the "
-                     "source was quantized from, up to its rounding)")
+                     f"now a Clip at their saturation bounds, {dynamic} dynamically quantized MatMul(s) and Conv(s), "
+                     f"{lstms} DynamicQuantizeLSTM(s) and {embeddings} int8 embedding(s) or tables read through "
+                     "layout ops float again (the float graph the source was quantized from, up to its rounding)")
+    if "float64" in graph.fixes:
+        from .float64 import float64_as_float32
+
+        notes.append(f"fix float64: {float64_as_float32(m)} float64 cast(s), constant(s), input(s) or output(s) now "
+                     "float32 (HTP has no float64)")
+    if "erf" in graph.fixes:
+        from .erf import ERROR_BOUND, erf_as_ops
+
+        notes.append(f"fix erf: {erf_as_ops(m)} Erf(s) now Abs/Exp and a polynomial (Abramowitz & Stegun 7.1.26, "
+                     f"|error| <= {ERROR_BOUND:g})")
     if "convtranspose-output-padding" in graph.fixes:
         from .convtranspose import output_padding_as_pads
 

@@ -136,3 +136,90 @@ def onnx_load(path):
     import onnx
 
     return onnx.load(str(path))
+
+
+def test_erf_written_with_htp_ops_keeps_its_error_bound():
+    import math
+
+    from ci_tools.prepare.erf import ERROR_BOUND, erf_as_ops, erf_reference
+
+    x = np.linspace(-6, 6, 24001)
+    exact = np.array([math.erf(v) for v in x])
+    assert np.max(np.abs(erf_reference(x) - exact)) <= ERROR_BOUND  # the handbook's bound, in float64
+    g = helper.make_graph([helper.make_node("Erf", ["x"], ["y"], name="bare")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, x.size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, x.size])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert erf_as_ops(m) == 1 and "Erf" not in {n.op_type for n in m.graph.node}
+    got = _run(m, {"x": x[None].astype(np.float32)})[0]
+    assert np.max(np.abs(got - exact)) < 1e-6  # the graph in float32 (float32's rounding on top of the bound)
+
+
+def test_float64_becomes_float32_with_the_same_answer():
+    from ci_tools.prepare.float64 import float64_as_float32
+
+    nodes = [helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE),
+             helper.make_node("Mul", ["d", "k"], ["dk"]),
+             helper.make_node("Softmax", ["dk"], ["p"], axis=-1), helper.make_node("Exp", ["p"], ["e"]),
+             helper.make_node("Cast", ["e"], ["y"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 30])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 30])],
+                          [numpy_helper.from_array(np.array(3.0), "k")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((2, 30)).astype(np.float32)
+    want = _run(m, {"x": x})
+    assert float64_as_float32(m) == 2  # the Cast and the double constant
+    assert not any(t.data_type == TensorProto.DOUBLE for t in m.graph.initializer)
+    np.testing.assert_allclose(_run(m, {"x": x}), want, rtol=1e-6)
+
+
+def test_a_per_axis_table_read_through_a_transpose_folds_and_a_per_tensor_gather_chain_is_float():
+    from ci_tools.prepare.dequantize import dequantize, dequantize_through_layout
+
+    rng = np.random.default_rng(3)
+    table = rng.integers(-127, 128, (20, 6)).astype(np.int8)
+    scales = rng.uniform(0.01, 0.1, 6).astype(np.float32)
+    inits = [numpy_helper.from_array(table, "T_q"), numpy_helper.from_array(scales, "s"),
+             numpy_helper.from_array(np.zeros(6, np.int8), "z"), numpy_helper.from_array(np.array(0.05, np.float32),
+                                                                                         "s1"),
+             numpy_helper.from_array(np.array(3, np.int8), "z1"), numpy_helper.from_array(np.array([1, -1]), "shape")]
+    nodes = [helper.make_node("Transpose", ["T_q"], ["Tt_q"], perm=[1, 0]),  # per axis: constants only
+             helper.make_node("DequantizeLinear", ["Tt_q", "s", "z"], ["Tt"], axis=0),
+             helper.make_node("MatMul", ["x", "Tt"], ["y"]),
+             helper.make_node("Gather", ["T_q", "ids"], ["rows_q"]),  # per tensor: through a run-time Gather
+             helper.make_node("Reshape", ["rows_q", "shape"], ["flat_q"]),
+             helper.make_node("DequantizeLinear", ["flat_q", "s1", "z1"], ["flat"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6]),
+                                       helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20]),
+                           helper.make_tensor_value_info("flat", TensorProto.FLOAT, [1, 18])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 6)).astype(np.float32), "ids": np.array([4, 0, 19])}
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    assert dequantize_through_layout(m) == 2
+    dequantize(m)
+    assert "DequantizeLinear" not in {n.op_type for n in m.graph.node}
+    assert not any(t.data_type == TensorProto.INT8 for t in m.graph.initializer if t.name != "z1")
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_the_doctor_names_float64_and_what_a_declared_fix_left(tmp_path):
+    import onnx
+
+    from ci_tools.compile.doctor import Diagnosis, diagnose
+
+    nodes = [helper.make_node("Cast", ["x"], ["d"], to=TensorProto.DOUBLE),
+             helper.make_node("Exp", ["d"], ["e"], name="tail_exp"),
+             helper.make_node("Cast", ["e"], ["y"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "t.onnx"))
+    (cause,) = diagnose(tmp_path / "t.onnx", [("Exp", "tail_exp")]).causes()
+    assert "computes in float64" in cause["reason"] and "fixes: [float64]" in cause["fix"]
+    (left,) = Diagnosis(rejected=[("QLinearConv", "c")], declared=("dequantize",)).causes()
+    assert left["fix"].startswith("`fixes: [dequantize]` is declared and left it: ") and "QLinear op" in left["fix"]
+    (plain,) = Diagnosis(rejected=[("QLinearConv", "c")]).causes()
+    assert "declare `fixes: [dequantize]`" in plain["fix"]
