@@ -374,3 +374,32 @@ def paddle_like_export(path: Path, seed: int = 5) -> Path:
         save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), float_path)
         quantize_dynamic(str(float_path), str(path), op_types_to_quantize=["Conv"], weight_type=QuantType.QInt8)
     return path
+
+
+def indexed_rows(path: Path, rows: int = 4) -> Path:
+    """ids int64 [1, 3] -> Gather(table [rows, 8]) -> MatMul -> y [1, 3, 8]: an index input whose valid values are
+    0..rows-1 (generated inputs that go past them make ONNX Runtime refuse: "idx=4 must be within [-4,3]")."""
+    rng = np.random.default_rng(11)
+    table = numpy_helper.from_array(rng.standard_normal((rows, 8)).astype(np.float32), "table")
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="rows"),
+             helper.make_node("MatMul", ["e", "w"], ["y"], name="mix")]
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8])], [table, w])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def masked_mean(path: Path) -> Path:
+    """x [1, 16, 8], mask [1, 16] -> sum(x * mask) / sum(mask) over time -> y [1, 8]: a sample padded with a zero
+    mask everywhere divides 0 by 0 (NaN on CPU in every cell)."""
+    axes = numpy_helper.from_array(np.array([1], np.int64), "t")
+    last = numpy_helper.from_array(np.array([2], np.int64), "last")
+    nodes = [helper.make_node("Unsqueeze", ["mask", "last"], ["m3"]),
+             helper.make_node("Mul", ["x", "m3"], ["xm"]),
+             helper.make_node("ReduceSum", ["xm", "t"], ["num"], keepdims=0),
+             helper.make_node("ReduceSum", ["m3", "t"], ["den"], keepdims=0),
+             helper.make_node("Div", ["num", "den"], ["y"], name="mean")]
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8]),
+                                                helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [axes, last])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -91,7 +91,8 @@ def test_a_failed_verification_keeps_its_binaries_and_a_new_threshold_judges_the
     cache, out = tmp_path / "cache", tmp_path / "dist"
 
     def matrix(min_cosine):
-        options = {"verify": {"fp16": {"min_cosine": min_cosine}}} if min_cosine else {}
+        # a bar nothing passes: the tolerance relative to the peak (#40) off too, as cosine 1.0 asks for exactness
+        options = {"verify": {"fp16": {"min_cosine": min_cosine, "max_rel": 0}}} if min_cosine else {}
         return write_matrix(repo, [path_model(repo, "mlp", onnx_file, graphs=GRAPH, chips=["SM8750"],
                                               options=options)])
 

@@ -132,7 +132,7 @@ def test_page_shows_every_model_and_chip_per_precision_with_numbers(released):
     assert [(d["sample"], d["output"]) for d in per_sample] == [(f"generated sample {i}", "y") for i in (0, 1)]
     assert verification == {
         "inputs": "generated", "verdict": "generated-inputs", "source": "seed 0", "samples": 2,
-        "passed_by": "cosine", "files": None,
+        "passed_by": "cosine", "files": None, "rules": None,
         "description": "generated: uniform [-1, 1) floats, integers in [0, 16), random booleans"}
     # every asset and published file, with its sha256, linked
     assets = next(t for t in page.tables if t["caption"].startswith("Every asset"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..matrix.schema import LoadedMatrix, Model
-from ..prepare.graph import Prepared, generate_inputs
+from ..prepare.graph import Prepared, TensorInfo, generate_inputs
 from ..prepare.quantize import load_calibration
 from ..recipes import recipe_for
 from ..sources.samples import SampleSet, calibration_feeds, make_samples
@@ -17,15 +17,21 @@ from ..sources.store import SourceStore, sha256_file
 def sample_set(store: SourceStore, loaded: LoadedMatrix, m: Model, prep: Prepared) -> SampleSet | None:
     """The graph's real samples: the model's ``samples`` (pinned files, front end), or the older
     ``calibration.path`` folder of .npz files in the repository."""
-    block = m.samples_for(prep.graph, [t.name for t in prep.inputs])
+    return samples_of(store, loaded, m, prep.graph, prep.inputs, prep.outputs)
+
+
+def samples_of(store: SourceStore, loaded: LoadedMatrix, m: Model, graph: str, inputs: list[TensorInfo],
+               outputs: list[TensorInfo]) -> SampleSet | None:
+    """``sample_set`` for a graph's inputs and outputs (prepare's check runs on them before it is written)."""
+    block = m.samples_for(graph, [t.name for t in inputs])
     if block is not None:
         files = store._fetch(m, block.source)
-        return make_samples(m, prep.graph, prep.inputs, files, prep.outputs)
+        return make_samples(m, graph, inputs, files, outputs)
     if m.samples is not None:
         return None  # the model's samples feed its other graphs
     if m.calibration.path and recipe_for(m) is None:
         folder = (loaded.root / m.calibration.path).resolve()
-        feeds = load_calibration(folder, prep.inputs)[:8]  # verify on 8 at most (the emulator's time)
+        feeds = load_calibration(folder, inputs)[:8]  # verify on 8 at most (the emulator's time)
         files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))[:8]}
         return SampleSet(streams=[(n, [f]) for n, f in zip(files, feeds)], files=files,
                          note=f"real samples: {len(feeds)} .npz files from calibration.path ({m.calibration.path})")
@@ -51,3 +57,23 @@ def calibration(loaded: LoadedMatrix, m: Model, prep: Prepared, src: Path, preci
 def generated(m: Model, prep: Prepared) -> list[dict[str, np.ndarray]]:
     return generate_inputs(prep.inputs, count=m.calibration.samples, seed=m.calibration.seed,
                            ranges=prep.input_ranges)
+
+
+def check_samples(store: SourceStore, loaded: LoadedMatrix, m: Model, graph: str):
+    """What prepare checks a graph against its original on: a function of the prepared inputs and outputs giving
+    the first step of each real sample (None without them), and a digest of what the samples are (None without
+    them; the prepare key holds it). A recipe's model is checked by its recipe, on generated inputs here."""
+    if recipe_for(m) is not None or (not m.sample_blocks() and not m.calibration.path):
+        return None, None
+    import hashlib
+    import json
+
+    pins = {"samples": [b.model_dump(mode="json") for b in m.sample_blocks()],
+            "calibration": m.calibration.path and sorted(
+                sha256_file(p) for p in (loaded.root / m.calibration.path).glob("*.npz"))}
+
+    def first_steps(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> dict[str, dict[str, np.ndarray]] | None:
+        ss = samples_of(store, loaded, m, graph, inputs, outputs)
+        return {name: steps[0] for name, steps in ss.streams if steps} if ss is not None else None
+
+    return first_steps, hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()

@@ -33,7 +33,7 @@ from ..sources.store import SourceStore, default_cache, sha256_file
 from ..util.text import clip
 from .exports import model_sources
 from .gates import fp16_range_gate, trial_compile, unused_samples
-from .inputs import calibration, generated, sample_set
+from .inputs import calibration, check_samples, generated, sample_set
 from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
@@ -264,7 +264,9 @@ class _Run:
                 continue
             try:
                 source_sha = sha256_file(src / g.file) if (src / g.file).is_file() else src_digest
-                preps[g.name] = prepare(m, g, src, self.work / "prepared", source_sha, seed=m.calibration.seed)
+                samples, digest = check_samples(self.store, self.loaded, m, g.name)
+                preps[g.name] = prepare(m, g, src, self.work / "prepared", source_sha, samples=samples,
+                                        seed=m.calibration.seed, samples_digest=digest)
                 self.prepared.append(preps[g.name])
             except Exception as e:  # one graph's failure never stops the others
                 self.fail(mine, _as_error(e, f"{m.name}/{g.name}: prepare", PrepareError))

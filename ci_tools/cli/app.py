@@ -198,8 +198,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(f"--soc: {e.message}", hint=e.hint) from None
     if not args.soc:  # one chip per HTP arch of the flagship phones
         socs = list({s.htp_arch: s for s in socs}.values())
-    report = inspect(args.model, socs, samples=args.samples, given=args.input)
+    report = inspect(args.model, socs, samples=args.samples, given=args.input, ranges=args.range)
     print(json.dumps(report, indent=2) if args.json else render_text(report))
+    from ..errors import CompileError, PrepareError
+
+    if report["prepare"] is not None and not report["prepare"]["ok"]:
+        return PrepareError.exit_code  # it could not show what HTP takes: the prepare error is printed
+    if report["htp"] and not any("causes" in row or row["ok"] for row in report["htp"]):
+        return CompileError.exit_code  # no trial compile could say
     return 0
 
 
@@ -377,8 +383,11 @@ def _new_model_and_image_commands(sub) -> None:
     p.add_argument("--soc", action="append", help="chips to try (default: one per HTP arch of the flagship group)")
     p.add_argument("--input", action="append", metavar="NAME=1,3,640,640", help="the shape an input gets (repeatable; "
                    "default: 1 for a batch, 16 for other lengths, then 32, 64, 320, 640 when 16 does not line up)")
-    p.add_argument("--samples", type=Path, help="a folder of real samples (.npz, one array per input): name the "
-                   "nodes whose values leave fp16's range on them")
+    p.add_argument("--samples", type=Path, help="a folder of real samples (.npz, one array per input): they give "
+                   "the inputs' shapes, prepare's check against the original runs on them, and the nodes whose "
+                   "values leave fp16's range on them are named")
+    p.add_argument("--range", action="append", metavar="NAME=LOW,HIGH", help="the [low, high) values generated for "
+                   "an input take where there are no samples (valid indices: ids=0,4); goes into the suggested entry")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 

@@ -71,10 +71,10 @@ def suggest_source(path: Path) -> tuple[dict, str]:
 
 
 def suggest_graph(path: Path, inputs: list[dict], given: dict[str, list[int]] | None = None, length: int = 16,
-                  file: str | None = None) -> dict:
+                  file: str | None = None, ranges: dict[str, list[float]] | None = None) -> dict:
     """A graphs[] entry: a static shape for every input with a dynamic dimension (1 for a batch, ``length``
     for other lengths: change it to what the app feeds), int32 for int64 inputs (HTP has no int64);
-    shapes ``given`` (``--input``) as they are."""
+    shapes ``given`` (``--input``) as they are; the value ``ranges`` given (``--range``) with them."""
     name = re.sub(r"[^a-z0-9._-]+", "-", path.stem.lower()).strip("-._") or "main"
     if not name[0].isalnum():
         name = "g" + name
@@ -91,9 +91,38 @@ def suggest_graph(path: Path, inputs: list[dict], given: dict[str, list[int]] | 
             if i["dtype"] == "int64":
                 spec["dtype"] = "int32"
             specs[i["name"]] = spec
+    for name, lo_hi in (ranges or {}).items():
+        dims = next(i["dims"] for i in inputs if i["name"] == name)
+        specs.setdefault(name, {"shape": [d if isinstance(d, int) else 1 for d in dims]})["range"] = lo_hi
     if specs:
         entry["inputs"] = specs
     return entry
+
+
+def parse_ranges(specs: list[str] | None, inputs: list[dict]) -> dict[str, list[float]]:
+    """``--range ids=0,4`` (repeatable) -> {ids: [0.0, 4.0]}: the [low, high) generated values of an input take."""
+    out = {}
+    names = [i["name"] for i in inputs]
+    for spec in specs or []:
+        name, _, bounds = spec.partition("=")
+        if name not in names:
+            raise UsageError(f"--range {spec}: the model has no input '{name}'", hint=f"its inputs: {', '.join(names)}")
+        try:
+            lo, hi = (float(b) for b in bounds.split(","))
+        except ValueError:
+            lo = hi = float("nan")
+        if not lo < hi:
+            raise UsageError(f"--range {spec}: expected two numbers low < high, as NAME=0,4",
+                             hint="the values generated for the input lie in [low, high), e.g. valid indices")
+        out[name] = [lo, hi]
+    return out
+
+
+def sample_shapes(feeds: dict[str, dict], inputs: list[dict], given: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The shapes real samples give the inputs not ``given`` a shape: the first sample's arrays."""
+    first = next(iter(feeds.values()), {})
+    return {i["name"]: list(first[i["name"]].shape) for i in inputs
+            if i["name"] not in given and i["name"] in first and len(first[i["name"]].shape) == len(i["dims"])}
 
 
 def control_flow(m, entry: dict) -> list[dict]:
@@ -180,7 +209,11 @@ def _elements(v, entry: dict) -> int | None:
     return math.prod(spec["shape"]) if spec is not None and len(dims) == 1 else None
 
 
-def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | None = None) -> dict:
+def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | None = None,
+            ranges: list[str] | None = None) -> dict:
+    """What a new model is and what HTP takes of it. Real ``samples`` (a folder of .npz) shape the inputs they
+    give, drive prepare's check against the original and the fp16 range scan; ``ranges`` bound the generated
+    values of an input (valid indices) where there are none."""
     import onnx
 
     from ..prepare.graph import _dtype_name
@@ -197,30 +230,36 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
                for v in m.graph.output]
     ops = Counter(n.op_type for n in m.graph.node)
     given_shapes = parse_inputs(given, inputs)
+    value_ranges = parse_ranges(ranges, inputs)
+    feeds = load_npz_folder(samples) if samples is not None else None
+    given_shapes.update(sample_shapes(feeds or {}, inputs, given_shapes))
     source, member = suggest_source(path)
-    entry = suggest_graph(path, inputs, given_shapes, file=member)
+    entry = suggest_graph(path, inputs, given_shapes, file=member, ranges=value_ranges)
     report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
               "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
               "ops": dict(ops.most_common()), "suggested_source": source, "suggested_graph": entry,
               "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": [],
               "source_kind": source_kind(m)}
     with tempfile.TemporaryDirectory() as tmp:
-        prepared, entry = _prepare_at_lengths(path, inputs, given_shapes, member, Path(tmp), report)
+        prepared, entry = _prepare_at_lengths(path, inputs, (given_shapes, value_ranges, feeds), member, Path(tmp),
+                                              report)
         report["suggested_graph"] = entry
         if prepared is None:
             return report
         report["notes"] += [n.removeprefix("warning: ") for n in prepared.notes if n.startswith("warning:")]
         report["prepare"] = {"ok": True, "notes": prepared.notes, "outputs": [o.__dict__ for o in prepared.outputs],
                              "parameters": prepared.parameters}
-        if samples is not None:
-            report["fp16_range"] = _fp16_range(path, samples)
+        if feeds is not None:
+            report["fp16_range"] = _fp16_range(path, feeds)
         report["htp"] = [_htp_row(prepared, soc) for soc in socs]
     return report
 
 
-def _prepare_at_lengths(path: Path, inputs: list[dict], given_shapes: dict, member, tmp: Path, report: dict):
+def _prepare_at_lengths(path: Path, inputs: list[dict], given: tuple, member, tmp: Path, report: dict):
     """Prepare the model at the suggested lengths (16 first; strided nets need multiples of 32): the prepared
-    graph (None when no length works, the error in ``report``) and the entry that worked."""
+    graph (None when no length works, the error in ``report``) and the entry that worked. ``given``: the shapes
+    and value ranges given, and the real samples (by file) prepare's check runs on, or None."""
+    given_shapes, value_ranges, feeds = given
     from ..matrix.schema import Graph, InputSpec, Options
     from ..prepare.graph import prepare
 
@@ -229,11 +268,11 @@ def _prepare_at_lengths(path: Path, inputs: list[dict], given_shapes: dict, memb
                     for i in inputs)
     first_error, prepared = None, None
     for length in LENGTHS if defaulted else LENGTHS[:1]:
-        entry = suggest_graph(path, inputs, given_shapes, length, file=member)
+        entry = suggest_graph(path, inputs, given_shapes, length, file=member, ranges=value_ranges)
         graph = Graph(name=entry["name"], file=path.name,
                       inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
         try:
-            prepared = prepare(model, graph, path.parent, tmp / str(length), "inspect")
+            prepared = prepare(model, graph, path.parent, tmp / str(length), "inspect", samples=_cast_to(feeds))
             break
         except QnnReleaseError as e:
             first_error = first_error or e
@@ -266,30 +305,49 @@ def _htp_row(prepared, soc) -> dict:
     return row
 
 
-def _fp16_range(path: Path, folder: Path) -> dict:
-    """The model on CPU over real samples (a folder of .npz, one array per input), every intermediate
-    recorded: the nodes whose values leave fp16's range (what `build` refuses fp16 for)."""
+def load_npz_folder(folder: Path) -> dict[str, dict]:
+    """``--samples``: one .npz per sample, one array per input, by file name."""
     import numpy as np
-
-    from ..prepare.fp16_range import scan
 
     files = sorted(folder.glob("*.npz")) if folder.is_dir() else []
     if not files:
         raise UsageError(f"--samples: {folder} has no .npz files", hint="one .npz per sample, one array per input")
-    feeds = []
+    feeds = {}
     for f in files:
         try:
             with np.load(f, allow_pickle=False) as z:
-                feeds.append({k: z[k] for k in z.files})
+                feeds[f.name] = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
-            raise UsageError(f"--samples: {f}: not a readable .npz: {e}") from None
+            raise UsageError(f"--samples: {f}: not a readable .npz: {clip(str(e), 200)}") from None
+    return feeds
+
+
+def _cast_to(feeds: dict[str, dict] | None):
+    """The samples as prepare's check takes them: each array cast to the prepared input's dtype (int64 ids become
+    the int32 the prepared graph takes)."""
+    if not feeds:
+        return None
+
+    def cast(inputs, outputs):
+        by = {t.name: t.dtype for t in inputs}
+        return {name: {k: v.astype(by[k]) if k in by else v for k, v in f.items()} for name, f in feeds.items()}
+
+    return cast
+
+
+def _fp16_range(path: Path, feeds: dict[str, dict]) -> dict:
+    """The model on CPU over real samples (a folder of .npz, one array per input), every intermediate
+    recorded: the nodes whose values leave fp16's range (what `build` refuses fp16 for)."""
+    from ..prepare.fp16_range import scan
+
+    names = list(feeds)
     try:
-        findings = scan(path, feeds, [f.name for f in files])
+        findings = scan(path, list(feeds.values()), names)
     except Exception as e:
-        raise UsageError(f"--samples: the model does not run on CPU with {files[0].name}: "
+        raise UsageError(f"--samples: the model does not run on CPU with {names[0]}: "
                          f"{clip(str(e), 200)}", hint="the arrays must be named and shaped as the inputs") \
             from None
-    return {"samples": len(files), "findings": [f.as_dict() | {"line": f.line()} for f in findings]}
+    return {"samples": len(names), "findings": [f.as_dict() | {"line": f.line()} for f in findings]}
 
 
 def render_text(report: dict) -> str:

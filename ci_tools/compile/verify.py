@@ -442,8 +442,8 @@ def _raise_failure(target_id, per_output, failing, worst_name, thresholds, preci
     real = bool(inputs_note) and not inputs_note.startswith("generated")
     near_zero = d["peak_cpu"] < 0.05
     hint = (f"the CPU values of '{worst_name}' are near zero on these inputs (max |y| {d['peak_cpu']:.3g}): "
-            f"give the model real samples (`samples:` in the matrix) on which it has a range, or a tolerance "
-            f"relative to its peak options.verify.{precision}.max_rel"
+            f"give the model real samples (`samples:` in the matrix) on which it has a range, or an absolute tolerance "
+            f"options.verify.{precision}.max_abs or one relative to its peak options.verify.{precision}.max_rel"
             if near_zero and not real else REAL_HINTS.get(precision) if real and precision in REAL_HINTS
             else HINTS.get(precision, HINTS["fp16"]))
     if not real and inputs_note:

@@ -13,6 +13,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import numpy as np
 from ..errors import PrepareError
 from ..matrix.schema import Graph, Model
 from ..util.files import as_if_created, write_json
-from ..util.metrics import Parity, compare, worst
+from ..util.metrics import Parity, compare, nonfinite, worst
 from ..util.text import clip
 from .recurrent import padding_warning
 
@@ -83,9 +84,11 @@ def _dtype_name(elem_type: int) -> str:
     return str(_np_dtype(elem_type)) if elem_type else "undefined"
 
 
-def prepare_key(model: Model, graph: Graph, source_sha: str) -> str:
+def prepare_key(model: Model, graph: Graph, source_sha: str, checked_on: str | None = None) -> str:
+    """``checked_on``: what the check against the original runs on where that is not generated inputs (a digest
+    of the model's real samples' pins): new samples check the graph again."""
     spec = {"v": PREPARE_VERSION, "src": source_sha, "graph": graph.model_dump(mode="json"),
-            "min_cosine": model.options.prepare_min_cosine}
+            "min_cosine": model.options.prepare_min_cosine, **({"checked_on": checked_on} if checked_on else {})}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -100,7 +103,7 @@ class _Job:
     final: Path  # the prepared folder, moved into place whole
     what: str  # "<model>/<graph>", as messages name it
     source_sha: str
-    samples: list[dict[str, np.ndarray]] | None
+    samples: Samples
     seed: int
     start: float
 
@@ -116,10 +119,20 @@ class _Rewritten:
     cast_inputs: list[str]
 
 
+# what prepare's check against the original runs on, where there are real samples: their feeds, or a function of
+# the prepared graph's inputs and outputs that makes them (samples are made for the prepared inputs), with a
+# digest of what they are for the key
+SampleFeeds = dict[str, dict[str, np.ndarray]]  # sample name -> its feed
+Samples = SampleFeeds | Callable[[list[TensorInfo], list[TensorInfo]], SampleFeeds | None] | None
+CHECK_SAMPLES = 8  # real samples the check runs at most
+
+
 def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: str,
-            samples: list[dict[str, np.ndarray]] | None = None, seed: int = 0) -> Prepared:
-    """Write ``<work>/<key>/graph.onnx`` and ``prepared.json``; reuse them when already there."""
-    key = prepare_key(model, graph, source_sha)
+            samples: Samples = None, seed: int = 0, samples_digest: str | None = None) -> Prepared:
+    """Write ``<work>/<key>/graph.onnx`` and ``prepared.json``; reuse them when already there. The check against
+    the original runs on ``samples`` (real ones, ``samples_digest`` saying what they are) where given, else on
+    generated inputs."""
+    key = prepare_key(model, graph, source_sha, samples_digest)
     final = work / model.name / graph.name / key
     if (final / "prepared.json").exists():
         return Prepared.load(final / "prepared.json")
@@ -225,8 +238,12 @@ def _write(job: _Job, done: _Rewritten, notes: list[str]) -> Prepared:
         else:
             onnx.save_model(m, str(out))
         ranges = {n: list(spec.range) for n, spec in graph.inputs.items() if spec.range is not None}
-        feeds = samples or generate_inputs(inputs, count=2, seed=seed, ranges=ranges)
-        parity = _parity_with_original(src, out, graph, feeds, cast_inputs, what, min_cosine)
+        real = samples(inputs, outputs) if callable(samples) else samples
+        real = {k: _complete(f, inputs) for k, f in list(real.items())[:CHECK_SAMPLES]} if real else None
+        on = CheckedOn(feeds=list(real.values()), names=list(real), note=f"{len(real)} real sample(s)", real=True) \
+            if real else CheckedOn(feeds=generate_inputs(inputs, count=2, seed=seed, ranges=ranges), names=None,
+                                   note=generated_inputs_note(ranges), real=False)
+        parity = _parity_with_original(src, out, graph, on, cast_inputs, what, min_cosine)
         from ..sources.store import sha256_file
 
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -759,27 +776,58 @@ def run_cpu(path: Path, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndar
     return [sess.run(None, f) for f in feeds]
 
 
-def _parity_with_original(original: Path, prepared: Path, graph: Graph, feeds, cast_inputs, what: str,
-                          min_cosine: float = 0.9999) -> Parity:
+def _complete(feed: dict[str, np.ndarray], inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
+    """A sample's feed with every input the graph takes: a stream's first step leaves its carried state out
+    (zeros, as the stream starts)."""
+    return {**{t.name: np.zeros(t.shape, dtype=t.dtype) for t in inputs if t.name not in feed}, **feed}
+
+
+@dataclass(frozen=True)
+class CheckedOn:
+    """What prepare's check runs on: the feeds, their sample names (real samples), and what they are in words."""
+
+    feeds: list[dict[str, np.ndarray]]
+    names: list[str] | None
+    note: str
+    real: bool
+
+
+def _parity_with_original(original: Path, prepared: Path, graph: Graph, checked: CheckedOn, cast_inputs,
+                          what: str, min_cosine: float = 0.9999) -> Parity:
+    """The prepared graph against the original on CPU, on what ``checked`` says."""
+    feeds, sample_names, on, real = checked.feeds, checked.names, checked.note, checked.real
+    fix = ("check the samples: they must be shaped and scaled as the app feeds the model" if real else
+           "give index inputs their valid values with graphs[].inputs.<name>.range, or the model real samples "
+           "(`samples:` in the matrix), which the check then runs on")
     try:
         new = run_cpu(prepared, feeds)
     except Exception as e:
-        raise PrepareError(f"{what}: the prepared graph does not run on CPU: {clip(str(e), 300)}",
-                           hint=f"on {generated_inputs_note()}: give index inputs their valid values with "
-                           "graphs[].inputs.<name>.range, or real samples with calibration.path") from None
+        raise PrepareError(f"{what}: the prepared graph does not run on CPU on {on}: {clip(str(e), 300)}",
+                           hint=fix) from None
     try:
         orig_sess = cpu_session(original)
         names = {i.name for i in orig_sess.get_inputs()}
+        wide = {i.name for i in orig_sess.get_inputs() if i.type == "tensor(double)"}  # fixes: [float64]
         old = []
         for f in feeds:
-            g = {k: (v.astype(np.int64) if k in cast_inputs else v) for k, v in f.items()}
+            g = {k: (v.astype(np.int64) if k in cast_inputs else v.astype(np.float64) if k in wide else v)
+                 for k, v in f.items()}
             for k, v in graph.constants.items():
                 if k in names:
                     g[k] = np.asarray(v, dtype=_ort_np(orig_sess, k))
             old.append(orig_sess.run(None, g))
     except Exception as e:
-        raise PrepareError(f"{what}: the original graph does not run on CPU with the matrix's shapes: "
-                           f"{clip(str(e), 300)}") from None
+        raise PrepareError(f"{what}: the original graph does not run on CPU with the matrix's shapes on {on}: "
+                           f"{clip(str(e), 300)}", hint=fix) from None
+    bad = [sum(nonfinite(a) for a in o) for o in old]
+    if any(bad):  # the original's own answer: no preparation step is to blame, and nothing can be checked against it
+        k = next(i for i, b in enumerate(bad) if b)
+        where = f"on {sample_names[k]}" if sample_names else f"on {on}"
+        raise PrepareError(f"{what}: CPU itself answers NaN/Inf ({bad[k]} value(s)) {where}, with the original graph: "
+                           "the samples or the model, not a preparation step",
+                           hint=fix if not real else "run the original model on this sample: padding where the model "
+                           "divides by a length or takes a log, or values outside its range, make it NaN; pad as the "
+                           "app does (with its mask or length)")
     parities = [compare(a, b) for o, n in zip(old, new) for a, b in zip(o, n)]
     p = worst(parities)
     if p.cosine < min_cosine or p.nan_count:

@@ -450,8 +450,8 @@ def verification(model: Model, target: TargetRecord) -> dict | None:
         f"seed {model.calibration.seed}"
     return {"inputs": "real" if real else "generated", "verdict": v, "source": source,
             "description": target.verify_inputs, "files": (target.samples or {}).get("files"),
-            "samples": target.verify_samples, "passed_by": target.passed_by, "rules": target.rules,
-            "per_sample": target.per_sample}
+            "samples": target.verify_samples, "passed_by": target.passed_by,
+            "per_sample": target.per_sample, **({"rules": target.rules} if target.rules else {})}
 
 
 def _asset(cls: type, /, **values):

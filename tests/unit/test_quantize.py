@@ -227,7 +227,8 @@ def test_a_dynamically_quantized_source_becomes_float_again_with_fixes_dequantiz
     (prep,) = _prepare(write_matrix(tmp_path, [model]), tmp_path / "cache", name="d")
     ops = Counter(n.op_type for n in onnx.load(str(prep.path)).graph.node)
     assert not {"DynamicQuantizeLinear", "MatMulInteger"} & set(ops) and ops["MatMul"] + ops["Gemm"] == 2, ops
-    assert any("2 dynamically quantized MatMul(s) and Conv(s), 0 DynamicQuantizeLSTM(s)" in n for n in prep.notes), prep.notes
+    assert any("2 dynamically quantized MatMul(s) and Conv(s), 0 DynamicQuantizeLSTM(s)" in n
+               for n in prep.notes), prep.notes
     x = {"x": np.random.default_rng(2).uniform(-1, 1, (1, 32)).astype(np.float32)}
     a = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, x)[0]
     b = ort.InferenceSession(str(prep.path), providers=["CPUExecutionProvider"]).run(None, x)[0]
@@ -262,7 +263,8 @@ def test_a_dynamically_quantized_lstm_and_embedding_become_float_again_with_fixe
     assert not {"DynamicQuantizeLSTM", "DynamicQuantizeLinear", "MatMulInteger", "DequantizeLinear"} & set(ops), ops
     assert ops["LSTM"] == 1 and all(i.data_type == onnx.TensorProto.FLOAT for i in graph.initializer
                                     if len(i.dims) > 1), "an integer weight is left"
-    assert any("1 DynamicQuantizeLSTM(s) and 1 int8 embedding(s) or tables read through layout ops float again" in n for n in prep.notes), prep.notes
+    assert any("1 DynamicQuantizeLSTM(s) and 1 int8 embedding(s) or tables read through layout ops float again" in n
+               for n in prep.notes), prep.notes
     ids = {"ids": np.random.default_rng(3).integers(0, 50, (7, 1)).astype(np.int64)}
     a = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, ids)[0]
     feeds = {"ids": ids["ids"].astype(prep.inputs[0].dtype)}  # prepare makes int64 inputs int32 for HTP
