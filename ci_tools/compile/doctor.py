@@ -37,7 +37,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "Erf": ("a bare Erf, outside the exact-GELU pattern x * 0.5 * (1 + Erf(x / sqrt(2))) the QNN EP fuses into its "
             "Gelu (PyTorch's GELU runs on HTP; a Paddle export that folds the 0.5 into the next Conv does not): HTP "
             "has no Erf kernel",
-            "declare `fixes: [erf]` on the graph (prepare writes it with Abs, Exp and a polynomial, |error| <= "
+            "declare `fixes: [erf]` on the graph (prepare writes it with Abs, Exp and a polynomial, max error "
             "1.5e-7), or export GELU whole"),
     "Clip": ("HTP's Clip needs constant min and max", "write Max(x, min) / Min(x, max) instead, or declare "
              "graphs[].fixes: [clip-to-max-min] to let prepare rewrite it"),

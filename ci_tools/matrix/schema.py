@@ -100,7 +100,7 @@ class Graph(_Frozen):
         "convtranspose-output-padding writes a ConvTranspose's output_padding as end padding (HTP computes a "
         "depthwise ConvTranspose with output_padding wrongly); "
         "erf writes a bare Erf (outside the exact-GELU pattern the QNN EP fuses) with Abs, Exp and a polynomial "
-        "(Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7); "
+        "(Abramowitz & Stegun 7.1.26, max error 1.5e-7); "
         "float64 computes the graph's float64 part in float32 (HTP has no float64: Cast to DOUBLE casts to FLOAT, "
         "double constants, inputs and outputs become float32)")
     prescale: dict[str, Annotated[float, Field(gt=1)]] = Field(

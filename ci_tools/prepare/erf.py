@@ -6,7 +6,7 @@ no HTP kernel and stays on CPU. Abramowitz & Stegun 7.1.26 writes it with Abs, S
 
     erf(x) = sign(x) * (1 - (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) * exp(-x^2)),  t = 1 / (1 + p |x|)
 
-with |error| <= 1.5e-7 for every x (the handbook's bound; ``ERROR_BOUND``), below fp16's resolution at 1.0
+with max error 1.5e-7 for every x (the handbook's bound; ``ERROR_BOUND``), below fp16's resolution at 1.0
 (about 1e-3), so the rewrite costs no accuracy an fp16 build can see. Prepare's parity check measures it.
 """
 

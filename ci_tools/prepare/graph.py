@@ -316,7 +316,7 @@ def _apply_fixes(m, graph: Graph, notes: list[str]) -> None:
         from .erf import ERROR_BOUND, erf_as_ops
 
         notes.append(f"fix erf: {erf_as_ops(m)} Erf(s) now Abs/Exp and a polynomial (Abramowitz & Stegun 7.1.26, "
-                     f"|error| <= {ERROR_BOUND:g})")
+                     f"max error {ERROR_BOUND:g})")
     if "convtranspose-output-padding" in graph.fixes:
         from .convtranspose import output_padding_as_pads
 
