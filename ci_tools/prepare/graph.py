@@ -24,10 +24,11 @@ from ..matrix.schema import Graph, Model
 from ..util.files import as_if_created, write_json
 from ..util.metrics import Parity, compare, nonfinite, worst
 from ..util.text import clip
-from .recurrent import padding_warning
+from .recurrent import conv_padding_warning, padding_warning
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
-PREPARE_VERSION = 6  # bump when the preparation changes what it writes (6: the padded-recurrent warning)
+PREPARE_VERSION = 7  # bump when the preparation changes what it writes (6: the padded-recurrent warning; 7: the
+# padded-convolution warning, fixes erf and float64, a NaN original named)
 PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_DATA_ABOVE = 1_800_000_000  # leave room below protobuf's 2 GB for the graph itself
 
@@ -186,7 +187,7 @@ def _rewrite(m, job: _Job, notes: list[str]) -> _Rewritten:
     _fold_constants(m, graph, what)
     constants = _constants_to_initializers(m)  # before the fixes, which read constants as initializers
     _apply_fixes(m, graph, notes)
-    padded = padding_warning(m, graph)  # before the shapes are fixed: which dynamic dimensions get fixed
+    padded = padding_warning(m, graph) or conv_padding_warning(m, graph)  # before the shapes are fixed
     _fix_shapes(m, graph, what)
     if padded:
         notes.append(padded)

@@ -30,3 +30,29 @@ def test_the_release_page_lists_the_warning_once_per_model_and_graph():
     graph = NS(name="main", prepare_notes=["int64 inputs now int32", f"{PADDING_WARNING} (x[0] = 32): ..."])
     metas = [NS(model=NS(name="tagger"), graphs=[graph]) for _ in range(3)]  # three chips, one warning
     assert _warnings(metas) == ["tagger/main: recurrent layers over a fixed length (x[0] = 32): ..."]
+
+
+def _conv_graph(dims: list, mask: bool = False):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones([4, dims[1]] + [3] * (len(dims) - 2), np.float32), "w")
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)]
+    if mask:
+        inputs.append(helper.make_tensor_value_info("x_mask", TensorProto.FLOAT, [1, dims[-1]]))
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="c1")], "g", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    return helper.make_model(g)
+
+
+def test_a_cnn_over_one_padded_length_is_warned_of_and_a_resized_image_is_not():
+    from ci_tools.prepare.recurrent import CONV_PADDING_WARNING, conv_padding_warning
+
+    line = Graph(name="main", file="m.onnx", inputs={"x": [1, 3, 48, 320]})
+    note = conv_padding_warning(_conv_graph([1, 3, 48, "W"]), line)  # a text-line recognizer: width padded
+    assert note.startswith(CONV_PADDING_WARNING) and "x[3] = 320" in note and "c1" in note
+    assert conv_padding_warning(_conv_graph([1, 3, 48, "W"], mask=True), line) is None  # told where padding is
+    image = Graph(name="main", file="m.onnx", inputs={"x": [1, 3, 640, 640]})
+    assert conv_padding_warning(_conv_graph([1, 3, "H", "W"]), image) is None  # resized, not padded
+    audio = Graph(name="main", file="m.onnx", inputs={"x": [1, 80, 3000]})
+    assert "x[2] = 3000" in conv_padding_warning(_conv_graph([1, 80, "T"]), audio)
