@@ -12,6 +12,7 @@ from ..errors import SourceError
 from ..matrix.schema import Model
 from ..sources.store import SourceStore
 from ..util import cmd
+from ..util.text import clip
 
 
 def command_digest(argv: list[str], root: Path) -> str:
@@ -73,7 +74,7 @@ def model_sources(store: SourceStore, model: Model, work: Path) -> tuple[Path, s
         (tmp / "export.log").write_text(r.stdout + r.stderr)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise SourceError(f"{model.name}: export command failed ({r.returncode}): {last[:300]}",
+            raise SourceError(f"{model.name}: export command failed ({r.returncode}): {clip(last, 300)}",
                               hint=f"see {out.name}.tmp/export.log in {out.parent}")
         missing = [o for o in model.export.outputs if not (tmp / o).is_file()]
         if missing:

@@ -63,6 +63,10 @@ def unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | No
         if name not in outputs and len(preps) == len(m.graphs):
             return ConfigError(f"{m.name}: {key}: no graph has the output '{name}'",
                                hint=f"outputs: {', '.join(sorted(outputs))}")
+    for name in m.options.where:
+        if name in judged_whole:
+            return ConfigError(f"{m.name}: options.where.{name}: the output is also judged whole (samples.argmax or "
+                               "samples.stream names it)", hint="judge it at the gated positions or whole, not both")
     for b in blocks:
         for name in b.argmax:
             if name not in outputs and len(preps) == len(m.graphs):

@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..compile.records import TargetRecord
+from ..util.text import clip
 
 
 def _escape(text: str, prop: bool = False) -> str:
@@ -34,7 +35,7 @@ class Progress:
     def running(self, ids: list[str]) -> None:
         if self.live and ids:
             elapsed = time.monotonic() - self.start
-            self._write(f"\r\033[K[{self.done}/{self.total}] {elapsed:5.0f}s compiling {', '.join(ids)[:100]}")
+            self._write(f"\r\033[K[{self.done}/{self.total}] {elapsed:5.0f}s compiling {clip(', '.join(ids), 100)}")
 
     def finished(self, record: TargetRecord) -> None:
         self.done += 1

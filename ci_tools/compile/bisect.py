@@ -151,8 +151,9 @@ def bisect(graph: Path, feed: dict[str, np.ndarray], soc, thresholds, *, sample:
     names, infos, made = candidates(m, quantized)
     result = Bisection(sample=sample, candidates=len(names))
     if not names:  # nothing between the inputs and the outputs to probe: said at once, without a compile
-        result.note = ("nothing to probe: the graph has no float intermediate between its inputs and its outputs "
-                       "(the outputs' own numbers are the whole story)")
+        result.note = ("nothing to probe: no intermediate between the inputs and the outputs can be probed (float "
+                       "values; in a quantized graph, what a QuantizeLinear/DequantizeLinear pair makes): the outputs' "
+                       "own numbers are the whole story")
         return result
     with tempfile.TemporaryDirectory(prefix="qnn-release-bisect.") as tmp:
         probe = _Probe(m, infos, feed, soc, quantized, Path(tmp))

@@ -106,7 +106,7 @@ class Diagnosis:
         for op, n in self.counts.most_common():
             reason, fix = CAUSES.get(op, DEFAULT)
             fix = self.fixes.get(op, fix)
-            named = re.search(r"`fixes: \[([\w-]+)\]`", fix)
+            named = re.search(r"fixes: \[([\w-]+)\]", fix)
             if named and named[1] in self.declared:  # never "declare the fix" to whom declared it
                 fix = (f"`fixes: [{named[1]}]` is declared and left it: "
                        + LEFT_BY_FIX.get(named[1], "no rewrite of that fix matches how this node is written")

@@ -78,7 +78,7 @@ def suggest_graph(path: Path, inputs: list[dict], given: dict[str, list[int]] | 
     name = re.sub(r"[^a-z0-9._-]+", "-", path.stem.lower()).strip("-._") or "main"
     if not name[0].isalnum():
         name = "g" + name
-    entry: dict = {"name": name[:64], "file": file or path.name}
+    entry: dict = {"name": name[:64], "file": file or path.name}  # a name: the matrix's limit
     specs = {}
     for i in inputs:
         dynamic = any(not isinstance(d, int) for d in i["dims"])
@@ -232,6 +232,8 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
     given_shapes = parse_inputs(given, inputs)
     value_ranges = parse_ranges(ranges, inputs)
     feeds = load_npz_folder(samples) if samples is not None else None
+    if feeds:  # an array the model has no input for is not fed (an .npz may carry labels beside the inputs)
+        feeds = {n: {k: v for k, v in f.items() if k in {i["name"] for i in inputs}} for n, f in feeds.items()}
     given_shapes.update(sample_shapes(feeds or {}, inputs, given_shapes))
     source, member = suggest_source(path)
     entry = suggest_graph(path, inputs, given_shapes, file=member, ranges=value_ranges)
@@ -328,9 +330,11 @@ def _cast_to(feeds: dict[str, dict] | None):
     if not feeds:
         return None
 
-    def cast(inputs, outputs):
-        by = {t.name: t.dtype for t in inputs}
-        return {name: {k: v.astype(by[k]) if k in by else v for k, v in f.items()} for name, f in feeds.items()}
+    def cast(inputs, outputs):  # only the samples shaped as the prepared inputs (the first sample's lengths)
+        by = {t.name: t for t in inputs}
+        fits = {name: f for name, f in feeds.items()
+                if all(k not in f or list(f[k].shape) == list(t.shape) for k, t in by.items())}
+        return {name: {k: v.astype(by[k].dtype) for k, v in f.items() if k in by} for name, f in fits.items()}
 
     return cast
 

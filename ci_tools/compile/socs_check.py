@@ -32,6 +32,7 @@ from ..catalog.socs import Catalog, Soc
 from ..errors import BackendUnavailable, CompileError
 from ..paths import REPO_ROOT
 from ..util import cmd
+from ..util.text import clip
 
 SNAPSHOT = REPO_ROOT / "matrix" / "soc_sources.yaml"
 EP = "onnxruntime-qnn"
@@ -205,7 +206,6 @@ def _ep_targets(ep: _Ep, catalog: Catalog, socs: list[Soc], report: Report) -> N
 QAIRT_PROBE = r"""
 import json, sys
 from qti.aisw.converters.common import backend_info
-from ..util.text import clip
 out = {}
 for name in sys.argv[1:]:
     try:
@@ -236,7 +236,7 @@ def _qairt_findings(socs: list[Soc], report: Report) -> bool:
                        capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise BackendUnavailable(f"QAIRT {sdk.name}: backend_info failed: {last[:300]}",
+        raise BackendUnavailable(f"QAIRT {sdk.name}: backend_info failed: {clip(last, 300)}",
                                  hint="set QNN_PYTHON to the SDK's Python (3.10) with its requirements")
     answers = json.loads(r.stdout.strip().splitlines()[-1])
     report.toolchains.append(f"QAIRT {sdk.name} (backend_info)")

@@ -105,34 +105,41 @@ def judge(ref: np.ndarray, got: np.ndarray, th: Thresholds, peak: float | None =
             d["failures"].append(f"cosine {p.cosine:.6f} < {th.min_cosine}")
         if th.min_snr_db is not None and p.snr_db < th.min_snr_db:
             d["failures"].append(f"SNR {p.snr_db:.1f} dB < {th.min_snr_db} dB")
+    if d["failures"] and (th.max_abs is not None or th.max_rel is not None):
+        _tolerances(d, p, r, th, peak)
+    if not d["failures"] and d["passed_by"] in ("cosine", "max_rel") and th.min_deviation_snr_db is not None:
+        _judge_deviations(d, r, g, th.min_deviation_snr_db)
+    return d
+
+
+def _tolerances(d: dict, p: Parity, r: np.ndarray, th: Thresholds, peak: float | None) -> None:
+    """An output that fails cosine or SNR passes within a tolerance that suffices on its own (``passed_by`` says
+    which), or gets why it does not."""
     # max_abs is an absolute tolerance that suffices on its own: outputs that are almost all zero
     # (a detector's probability map on generated inputs) have no meaningful cosine or SNR. max_rel is the
     # same tolerance relative to the output's CPU peak, for an output that never nears 1 (sigmoid scores
     # peaking at 0.1), where an absolute bar of fp16's resolution at 1.0 means nothing.
-    if d["failures"] and (th.max_abs is not None or th.max_rel is not None):
-        top = float(np.max(np.abs(r))) if peak is None and r.size else (peak or 0.0)
-        why = []
-        if th.max_abs is not None:
-            if p.max_abs > th.max_abs:
-                why.append(f"max abs error {p.max_abs:.4g} > {th.max_abs}")
-            elif top < MAX_ABS_PEAK_RATIO * th.max_abs:
-                why.append(f"max abs error {p.max_abs:.4g} is within {th.max_abs}, but the CPU output peaks "
-                           f"at {top:.3g}: an all-zero output would pass too")
-            else:
-                d.update(failures=[], passed_by="max_abs")
-        if d["failures"] and th.max_rel is not None and top > 0.0:
-            rel = p.max_abs / top
-            d["error_of_peak"] = float(f"{rel:.4g}")
-            if rel <= th.max_rel:
-                d.update(failures=[], passed_by="max_rel")
-            else:
-                why.append(f"max abs error {p.max_abs:.4g} is {100 * rel:.2g}% of the CPU peak {top:.3g} "
-                           f"(> max_rel {100 * th.max_rel:g}%)")
-        if d["failures"]:
-            d["failures"].extend(why)
-    if not d["failures"] and d["passed_by"] == "cosine" and th.min_deviation_snr_db is not None:
-        _judge_deviations(d, r, g, th.min_deviation_snr_db)
-    return d
+    top = float(np.max(np.abs(r))) if peak is None and r.size else (peak or 0.0)
+    why = []
+    if th.max_abs is not None:
+        if p.max_abs > th.max_abs:
+            why.append(f"max abs error {p.max_abs:.4g} > {th.max_abs}")
+        elif top < MAX_ABS_PEAK_RATIO * th.max_abs:
+            why.append(f"max abs error {p.max_abs:.4g} is within {th.max_abs}, but the CPU output peaks "
+                       f"at {top:.3g}: an all-zero output would pass too")
+        else:
+            d.update(failures=[], passed_by="max_abs")
+    own = float(np.max(np.abs(r))) if r.size else 0.0  # this sample's own peak: a quiet sample answered
+    if d["failures"] and th.max_rel is not None and own > 0.0:  # with zeros errs by 100 % of it
+        rel = p.max_abs / own
+        d["error_of_peak"] = float(f"{rel:.4g}")
+        if rel <= th.max_rel:
+            d.update(failures=[], passed_by="max_rel")
+        else:
+            why.append(f"max abs error {p.max_abs:.4g} is {100 * rel:.3g}% of the CPU peak {own:.3g} "
+                       f"(> max_rel {100 * th.max_rel:g}%)")
+    if d["failures"]:
+        d["failures"].extend(why)
 
 
 SPREAD_OF_PEAK = 1e-3  # an output whose spread is below this share of its peak is judged as constant
@@ -254,8 +261,10 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
             per_sample.append(sample_numbers(sample, name, d))
             old = per_output.get(name)
 
-            def badness(x: dict) -> tuple:  # a one-number output's worst sample is its largest relative error
-                return (bool(x["failures"]), x.get("relative_error", 0.0), -x["cosine"], -x["snr_db"])
+            def badness(x: dict) -> tuple:  # a one-number output's worst sample is its largest relative error;
+                # CPU's own fault (NaN) first, whatever the chip does on another sample
+                return (_reference_fault(x), bool(x["failures"]), x.get("relative_error", 0.0), -x["cosine"],
+                        -x["snr_db"])
 
             if old is None or badness(d) > badness(old):
                 per_output[name] = d
@@ -326,7 +335,7 @@ class Gated:
         """Each gated output's record says where it was judged; one the gate left empty everywhere fails."""
         for name, (selected, total) in self.counts.items():
             rule = (how.where or {})[name].rule()
-            if name not in per_output:
+            if name not in per_output or not selected:
                 per_output[name] = {**judge(np.zeros(0), np.zeros(0), thresholds), "peak_cpu": 0.0, "sample": None}
                 per_output[name]["failures"] = [f"the gate where {rule} on CPU selects no position on any sample: "
                                                 "nothing of it is judged"]
@@ -342,6 +351,8 @@ def gate_positions(output_names: list[str], reference: list[list[np.ndarray]], c
     counts: dict[str, tuple[int, int]] = {}
     ref_out, got_out = [list(o) for o in reference], [list(o) for o in compiled]
     for name, gate in where.items():
+        if name not in output_names and gate.output not in output_names:
+            continue  # a gate of another graph of the model
         for who in (name, gate.output):
             if who not in output_names:
                 raise ConfigError(f"options.where.{name}: the graph has no output '{who}'",
@@ -350,9 +361,9 @@ def gate_positions(output_names: list[str], reference: list[list[np.ndarray]], c
         selected = total = 0
         for ref, got in zip(ref_out, got_out):
             value, by = np.asarray(ref[k]), np.asarray(ref[j], dtype=np.float64)
-            try:
-                by = np.broadcast_to(by, value.shape) if by.shape != value.shape and by.size != value.size \
-                    else by.reshape(value.shape)
+            try:  # positions first: a gate [1, T] on an output [1, T, C] holds for each of its C values
+                by = by.reshape(value.shape) if by.size == value.size else np.broadcast_to(
+                    by.reshape(by.shape + (1,) * max(0, value.ndim - by.ndim)), value.shape)
             except ValueError:
                 raise ConfigError(f"options.where.{name}: the gate '{gate.output}' is shaped {list(by.shape)}, "
                                   f"which does not broadcast to '{name}' {list(value.shape)}",
@@ -478,6 +489,7 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
     decision flips at the declared thresholds, and the carried state's drift at each stream's end
     (``how.stream``)."""
     precision, slices, stream = how.precision, how.slices, how.stream
+    reference, compiled, counts = _gate_streams(output_names, reference, compiled, how.where)
     reference = [[cut_slices(output_names, o, slices) for o in s] for s in reference]
     compiled = [[cut_slices(output_names, o, slices) for o in s] for s in compiled]
     output_names = sliced_names(output_names, slices)
@@ -524,14 +536,27 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
             if garbage:
                 d["failures"].append(garbage)
         per_output[name] = d
+    Gated([], [], counts).say(per_output, how, thresholds)
     refuse_constant(per_output, output_names, [step for s in reference for step in s], how.constant_outputs)
     return _conclude(target_id, per_output, list(per_output.values()), thresholds, how, emulator_seconds, steps,
                      per_sample)
 
 
+def _gate_streams(output_names: list[str], reference, compiled, where: dict[str, Gate] | None):
+    """Each stream's steps gated as samples are: (reference, compiled, the gate's counts over every stream)."""
+    if not where:
+        return reference, compiled, {}
+    gated = [gate_positions(output_names, sr, sg, where) for sr, sg in zip(reference, compiled)]
+    counts = {n: (sum(g.counts[n][0] for g in gated), sum(g.counts[n][1] for g in gated))
+              for n in (gated[0].counts if gated else {})}
+    return [g.reference for g in gated], [g.compiled for g in gated], counts
+
+
 def _worst_step(d: dict, r: list[np.ndarray], g: list[np.ndarray], where: list[tuple[str, int]]) -> None:
     """The step of the sequence where HTP is furthest from CPU, with both values there."""
-    errs = [float(np.max(np.abs(a - b))) if a.size else 0.0 for a, b in zip(r, g)]
+    errs = [float(np.max(np.abs(a - b))) if a.size else -1.0 for a, b in zip(r, g)]  # a step a gate emptied: never
+    if not errs or max(errs) < 0:  # a gate that left nothing
+        return
     w = int(np.argmax(errs))
     d["worst_step"] = {"sample": where[w][0], "step": where[w][1], "max_abs": errs[w],
                        "cpu": float(r[w][np.argmax(np.abs(r[w] - g[w]))]),
@@ -542,6 +567,8 @@ def _worst_step(d: dict, r: list[np.ndarray], g: list[np.ndarray], where: list[t
 def _outside_range(d: dict, name: str, rr: np.ndarray, gg: np.ndarray, g: list[np.ndarray],
                    where: list[tuple[str, int]], stream: Stream) -> None:
     """HTP values outside the declared range (or what CPU spans, with 1% slack), 1 fp32 ulp allowed."""
+    if not rr.size:
+        return
     lo, hi = stream.range.get(name, (float(rr.min()), float(rr.max())))
     slack = 0.0 if name in stream.range else 0.01 * (hi - lo)  # fp16 rounding at the edges of what CPU spans
     lo32, hi32 = np.nextafter(np.float32(lo - slack), np.float32(-np.inf)), np.nextafter(

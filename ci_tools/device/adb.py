@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from ..util import cmd
+from ..util.text import clip
 
 
 class AdbFault(Exception):
@@ -82,4 +83,4 @@ class Adb:
 
 def _last(r: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else f"exit {r.returncode}"
+    return clip(lines[-1], 300) if lines else f"exit {r.returncode}"

@@ -177,7 +177,7 @@ class Hub:
 
     def submit(self, what: str, model, device, dataset, options: str):
         return self.call(what, self.client.submit_inference_job, model, device, inputs=dataset,
-                         name=what.replace("/", "-")[:60], options=options, retry=False, profile=True)
+                         name=what.replace("/", "-")[:60], options=options, retry=False, profile=True)  # a job name
 
     def state(self, job) -> JobState:
         st = self.call(f"job {job.job_id}", job.get_status)
@@ -244,7 +244,7 @@ def placement(detail: list[dict]) -> Placement | None:
         return None
     units = [str(d.get("compute_unit", "")).upper() for d in detail]
     return Placement(npu=units.count("NPU"), gpu=units.count("GPU"), cpu=units.count("CPU"),
-                     not_on_npu=[str(d.get("name")) for d, u in zip(detail, units) if u != "NPU"][:20])
+                     not_on_npu=[str(d.get("name")) for d, u in zip(detail, units) if u != "NPU"][:20])  # a list
 
 
 def device_info(dev, stands_in_for: str | None = None) -> Device:

@@ -160,7 +160,7 @@ def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, 
             timeout=settings.budget_seconds)
         if rc:
             last = [ln for ln in text.splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
-            raise AdbFault("failed", f"qnn-net-run on the phone failed (exit {rc}): {last[0][:300]}")
+            raise AdbFault("failed", f"qnn-net-run on the phone failed (exit {rc}): {clip(last[0], 300)}")
         adb.pull(f"{remote}/out", tmp_path / "out")
         outputs = _outputs(tmp_path / "out", outs, len(inp.feeds), r.id)
         init_ms, lat = _profile(backend.root, tmp_path / "out" / "qnn-profiling-data_0.log", len(inp.feeds))

@@ -292,11 +292,9 @@ def dequantize_through_layout(m) -> int:
             else np.zeros_like(scale)
         if scale.size == 1:
             q = numpy_helper.to_array(consts[v]).astype(np.float64)
-            name = f"{v}_float"
-            if name not in consts:
-                m.graph.initializer.append(numpy_helper.from_array(((q - zp.ravel()[0]) * scale.ravel()[0])
-                                                                   .astype(np.float32), name))
-                consts[name] = m.graph.initializer[-1]
+            name = f"{dq.output[0]}_table"  # its own: another DequantizeLinear of the table may scale it otherwise
+            m.graph.initializer.append(numpy_helper.from_array(((q - zp.ravel()[0]) * scale.ravel()[0])
+                                                               .astype(np.float32), name))
             chain[-1].input[0] = name
             swap[id(dq)] = helper.make_node("Identity", [dq.input[0]], [dq.output[0]], name=f"{dq.name or v}_float")
         elif all(i in consts for n in chain for i in n.input[1:] if i):
@@ -308,7 +306,8 @@ def dequantize_through_layout(m) -> int:
     if done:
         _set_nodes(m, [swap.get(id(n), n) for n in nodes if id(n) not in drop])
         made_now = {o for n in m.graph.node for o in n.output}  # the chains' values are float now: inferred again
-        kept = [v for v in m.graph.value_info if v.name in made_now and v.type.tensor_type.elem_type not in (2, 3)]
+        kept = [v for v in m.graph.value_info if v.name in made_now  # 8- and 16-bit integers: the chains' old types
+                and v.type.tensor_type.elem_type not in (2, 3, 4, 5)]
         del m.graph.value_info[:]
         m.graph.value_info.extend(kept)
     return done

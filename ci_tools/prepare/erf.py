@@ -27,8 +27,27 @@ def erf_reference(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * (1.0 - poly * np.exp(-x * x))
 
 
+def _in_gelu(m, n) -> bool:
+    """Whether the Erf is the exact GELU's, ``Erf(x / sqrt(2))`` (or ``x * 0.7071``) then ``+ 1``: left as it is,
+    the QNN EP fuses the pattern into its Gelu (on HTP)."""
+    from onnx import numpy_helper
+
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if i.data_type in (1, 10, 11)}
+    made = {o: x for x in m.graph.node for o in x.output}
+    src = made.get(n.input[0])
+    k = next((consts[i] for i in (src.input if src is not None else []) if i in consts and consts[i].size == 1), None)
+    if src is None or k is None:
+        return False
+    k = float(np.asarray(k).ravel()[0])
+    scaled = (src.op_type == "Div" and abs(k - 2 ** 0.5) < 1e-3) or (src.op_type == "Mul" and abs(k - 2 ** -0.5) < 1e-3)
+    adds = [x for x in m.graph.node if n.output[0] in x.input and x.op_type == "Add"]
+    return scaled and any(abs(float(np.asarray(consts[i]).ravel()[0]) - 1.0) < 1e-6 for a in adds for i in a.input
+                          if i in consts and consts[i].size == 1)
+
+
 def erf_as_ops(m) -> int:
-    """Every Erf of the graph (its subgraphs aside) written as the formula above; the Erfs rewritten."""
+    """Every bare Erf of the graph (its subgraphs aside; the exact GELU's is left to the QNN EP's fusion) written
+    as the formula above; the Erfs rewritten."""
     from onnx import helper, numpy_helper
 
     def const(name: str, value: float):
@@ -37,7 +56,7 @@ def erf_as_ops(m) -> int:
 
     out, done = [], 0
     for n in m.graph.node:
-        if n.op_type != "Erf" or n.domain not in ("", "ai.onnx"):
+        if n.op_type != "Erf" or n.domain not in ("", "ai.onnx") or _in_gelu(m, n):
             out.append(n)
             continue
         x, y, k = n.input[0], n.output[0], f"{n.name or n.output[0]}_erf"

@@ -174,7 +174,7 @@ def _explained(e: Exception, graph: Graph, what: str) -> Exception:
     node = f"node '{m[1]}' ({m[2]})" if m[1] is not None else "a node"
     sizes = ", ".join(f"{k} {v.shape}" for k, v in graph.inputs.items()) or "the model's own input shapes"
     return PrepareError(f"{what}: the input shapes ({sizes}) give maps that do not line up at {node}: "
-                        f"{m[0].split('] ', 1)[-1][:160]}",
+                        f"{clip(m[0].split('] ', 1)[-1], 160)}",
                         hint="a strided network (a detector, a segmenter) needs H and W that are multiples of its "
                         "total stride, usually 32: set graphs[].inputs to such a size, e.g. [1, 3, 640, 640]; "
                         "`qnn-release inspect model.onnx --input x=1,3,640,640` tries one")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CompileError
+from ..util.text import clip
 
 # precision -> (activation type, weight type)
 QTYPES = {"w8a16": ("QUInt16", "QUInt8"), "int8": ("QUInt8", "QUInt8")}
@@ -165,7 +166,7 @@ def _what(prepared_path: Path) -> str:
 
 
 def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    return clip(str(e), 300) or type(e).__name__
 
 
 def _move_with_data(src: Path, dst: Path) -> None:

@@ -29,7 +29,7 @@ def conv_padding_warning(m, graph: Graph) -> str | None:
     if any(any(k in i.name.lower() for k in MASK_NAMES) for i in m.graph.input):
         return None
     convs = [n for n in m.graph.node if n.op_type in ("Conv", "ConvTranspose")]
-    fixed = _fixed_dims(m, graph)
+    fixed = [f for f in _fixed_dims(m, graph) if not f.split("[", 1)[1].startswith("0]")]  # axis 0: the batch
     if not convs or len(fixed) != 1 or any(n.op_type in RECURRENT for n in m.graph.node):
         return None  # the recurrent warning says it where there are recurrent layers
     names = ", ".join(n.name or n.output[0] for n in convs[:3]) + (" ..." if len(convs) > 3 else "")

@@ -100,7 +100,7 @@ def file_metadata(repo: str, file: str, revision: str, *, sleep=time.sleep, pati
             last = type(e).__name__
         except OSError as e:  # e.g. an HF_ENDPOINT that is not a Hub: no X-Repo-Commit in the answer
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SourceError(f"{endpoint()}: {repo}/{file}: {first[:200]}",
+            raise SourceError(f"{endpoint()}: {repo}/{file}: {clip(first, 200)}",
                               hint="is HF_ENDPOINT a Hugging Face Hub?") from None
         else:
             sha = (meta.etag or "").strip('"')

@@ -11,6 +11,7 @@ import requests
 import urllib3
 
 from ..errors import QnnReleaseError
+from ..util.text import clip
 
 
 @functools.cache
@@ -43,7 +44,7 @@ def unreachable_as(error: type[QnnReleaseError], what: str, hint: str | None = N
     except QnnReleaseError:
         raise
     except network_errors() as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        first = clip(str(e), 200) or type(e).__name__
         raise error(f"{what}: unreachable ({type(e).__name__}: {first})",
                     hint=hint or "check the network, or the endpoint (HF_ENDPOINT, QNN_RELEASE_PYPI_URL, "
                                  "GITHUB_API_URL, PIP_INDEX_URL)") from None

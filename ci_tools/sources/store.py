@@ -340,7 +340,8 @@ class SourceStore:
                                   hint="check the network, or PIP_INDEX_URL / pip's index-url; a fetched wheel is "
                                        "reused from the cache offline")
             raise SourceError(f"pip download {name}=={version} failed: {last}",
-                              hint="check the package name and version, or `pip install --no-deps` it first")
+                              hint="check the package name and version on the index pip uses (PIP_INDEX_URL or "
+                                   "pip's index-url); a wheel is read whatever its Requires-Python")
         return found[0]
 
     def _fetch_hf(self, src: HfSource, name: str, sha: str) -> Path:

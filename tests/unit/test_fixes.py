@@ -223,3 +223,20 @@ def test_the_doctor_names_float64_and_what_a_declared_fix_left(tmp_path):
     assert left["fix"].startswith("`fixes: [dequantize]` is declared and left it: ") and "QLinear op" in left["fix"]
     (plain,) = Diagnosis(rejected=[("QLinearConv", "c")]).causes()
     assert "declare `fixes: [dequantize]`" in plain["fix"]
+
+
+def test_the_exact_gelu_erf_is_left_to_the_eps_fusion():
+    from ci_tools.prepare.erf import erf_as_ops
+
+    inits = [numpy_helper.from_array(np.array(2 ** 0.5, np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["xs"]), helper.make_node("Erf", ["xs"], ["e"], name="gelu_erf"),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["xe"]),
+             helper.make_node("Mul", ["xe", "half"], ["g"]),
+             helper.make_node("Erf", ["g"], ["y"], name="bare")]  # a bare one after it
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert erf_as_ops(m) == 1
+    assert [n.name for n in m.graph.node if n.op_type == "Erf"] == ["gelu_erf"]

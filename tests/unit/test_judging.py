@@ -103,3 +103,42 @@ def test_the_w8a16_hint_does_not_send_a_model_with_real_samples_to_real_samples(
         check("t", ["y"], [[x]], [[x[::-1].copy()]], th, 1.0,
               how=Judging(precision="w8a16", inputs_note="real samples: 4 files"))
     assert "calibrated on the real samples already" in e.value.hint
+
+
+def test_max_rel_takes_each_sample_on_its_own_peak_and_needs_the_variation_carried():
+    loud, quiet = np.linspace(0, 1.0, 500), np.linspace(0, 0.03, 500)
+    with pytest.raises(VerifyError, match="100% of the CPU peak"):  # a quiet sample answered with zeros
+        check("t", ["y"], [[loud], [quiet]], [[loud], [np.zeros_like(quiet)]], FP16, 1.0)
+    with pytest.raises(VerifyError):  # a one-number output: its own value, not the loudest sample's
+        check("t", ["y"], [[np.array([100.0])], [np.array([1.0])]], [[np.array([100.0])], [np.array([0.0])]],
+              FP16, 1.0)
+    rng = np.random.default_rng(1)
+    peaky = rng.uniform(-0.015, 0.015, 6400)
+    peaky[7] = 1.0
+    flat = np.where(np.arange(6400) == 7, 1.0, 0.0)  # the peak right, the rest zeroed: within 1.5 % of the peak
+    with pytest.raises(VerifyError, match="its variation is not carried"):
+        check("t", ["y"], [[peaky]], [[flat]], FP16, 1.0)
+
+
+def test_a_gate_of_another_graph_is_skipped_and_positions_align_from_the_front():
+    c, t = 5, 5  # as many classes as steps: a trailing-axis broadcast would gate the classes
+    conf = np.array([[1.0, 0.0, 1.0, 0.0, 1.0]])
+    logits = np.arange(t * c, dtype=np.float64).reshape(1, t, c) + 1
+    wrong = logits.copy()
+    wrong[0, 1] = -50  # wrong only at an unconfident step
+    how = Judging(where={"y": Gate(output="conf", min=0.5), "other": Gate(output="gone", min=0.5)})
+    v = check("t", ["y", "conf"], [[logits, conf]], [[wrong, conf]], FP16, 1.0, how=how)
+    assert v.per_output["y"]["judged_where"] == "conf >= 0.5 on CPU (15 of 25 positions)"
+
+
+def test_a_gated_stream_is_judged_where_the_gate_says():
+    from ci_tools.compile.verify import check_streams
+    from ci_tools.matrix.schema import Stream
+
+    steps = 6
+    ref = [[[np.array([[100.0 + i]]), np.array([[float(i % 2)]]), np.array([[0.1 * i]])] for i in range(steps)]]
+    got = [[[np.array([[100.0 + i if i % 2 else 0.0]]), np.array([[float(i % 2)]]), np.array([[0.1 * i]])]
+            for i in range(steps)]]
+    how = Judging(where={"f0": Gate(output="voiced", min=0.5)}, stream=Stream(carry={"state": "state_in"}))
+    v = check_streams("t", ["f0", "voiced", "state"], ["s"], ref, got, FP16, 1.0, how)
+    assert v.per_output["f0"]["judged_where"] == "voiced >= 0.5 on CPU (3 of 6 positions)"

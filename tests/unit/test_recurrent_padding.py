@@ -56,3 +56,10 @@ def test_a_cnn_over_one_padded_length_is_warned_of_and_a_resized_image_is_not():
     assert conv_padding_warning(_conv_graph([1, 3, "H", "W"]), image) is None  # resized, not padded
     audio = Graph(name="main", file="m.onnx", inputs={"x": [1, 80, 3000]})
     assert "x[2] = 3000" in conv_padding_warning(_conv_graph([1, 80, "T"]), audio)
+
+
+def test_a_batch_fixed_above_one_is_no_padded_length():
+    from ci_tools.prepare.recurrent import conv_padding_warning
+
+    assert conv_padding_warning(_conv_graph(["N", 3, 32, 32]), Graph(name="main", file="m.onnx",
+                                                                     inputs={"x": [4, 3, 32, 32]})) is None

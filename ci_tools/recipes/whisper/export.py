@@ -158,7 +158,8 @@ def check_against_ctranslate2(src: Path, out: Path, clips_file: Path, language: 
         from ...errors import VerifyError
 
         raise VerifyError(f"the exported graphs transcribe {len(bad)} of {len(clips)} clips differently from "
-                          f"CTranslate2: {bad[0]['file']}: {bad[0]['export'][:80]!r} vs {bad[0]['ctranslate2'][:80]!r}",
+                          f"CTranslate2: {bad[0]['file']}: {clipped(bad[0]['export'], 80)!r} vs "
+                          f"{clipped(bad[0]['ctranslate2'], 80)!r}",
                           hint="the export's maths differ from the checkpoint's: see export_check.json")
     return result
 
