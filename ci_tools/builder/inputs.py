@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, TensorInfo, generate_inputs
 from ..prepare.quantize import load_calibration
@@ -73,7 +74,10 @@ def check_samples(store: SourceStore, loaded: LoadedMatrix, m: Model, graph: str
                 sha256_file(p) for p in (loaded.root / m.calibration.path).glob("*.npz"))}
 
     def first_steps(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> dict[str, dict[str, np.ndarray]] | None:
-        ss = samples_of(store, loaded, m, graph, inputs, outputs)
+        try:
+            ss = samples_of(store, loaded, m, graph, inputs, outputs)
+        except QnnReleaseError:  # a sample mistake is the samples' one-line error on the model's targets, later
+            return None
         return {name: steps[0] for name, steps in ss.streams if steps} if ss is not None else None
 
     return first_steps, hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()

@@ -38,7 +38,7 @@ CAUSES: dict[str, tuple[str, str]] = {
             "Gelu (PyTorch's GELU runs on HTP; a Paddle export that folds the 0.5 into the next Conv does not): HTP "
             "has no Erf kernel",
             "declare `fixes: [erf]` on the graph (prepare writes it with Abs, Exp and a polynomial, max error "
-            "1.5e-7), or export GELU whole"),
+            "1.5e-7), or export GELU with the tanh approximation (or whole, as one Gelu op)"),
     "Clip": ("HTP's Clip needs constant min and max", "write Max(x, min) / Min(x, max) instead, or declare "
              "graphs[].fixes: [clip-to-max-min] to let prepare rewrite it"),
     "RandomNormal": ("random ops have no HTP kernel", "feed the noise as an input"),

@@ -206,6 +206,13 @@ def _ep_targets(ep: _Ep, catalog: Catalog, socs: list[Soc], report: Report) -> N
 QAIRT_PROBE = r"""
 import json, sys
 from qti.aisw.converters.common import backend_info
+
+
+def clip(t, n):  # the first line, cut at a word (this script runs alone, in the SDK's Python)
+    t = (str(t).splitlines() or [""])[0]
+    return t if len(t) <= n else t[:n - 1].rsplit(" ", 1)[0] + "..."
+
+
 out = {}
 for name in sys.argv[1:]:
     try:
