@@ -234,3 +234,27 @@ def test_a_release_over_the_hosts_limits_is_packaged_in_parts_and_pieces_and_fet
                           dest=tmp_path / "app", via=Connection(api_url=gh.url, sleep=lambda s: None))
     meta = json.loads((tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / "metadata.json").read_text())
     assert res.archive == a["name"] and meta["chip"]["name"] == a["soc"]
+
+
+def test_the_archive_readmes_python_runs_as_written_on_its_own_sample(built, tmp_path):
+    """#41 item 3: the load code of every kind of archive (fp16, w8a16), pasted as a new app developer would:
+    the README's python block run in the extracted folder, on the HTP emulator, against the sample's expected
+    outputs."""
+    import re
+    import sys
+
+    out = tmp_path / "dist"
+    shutil.copytree(built["out"], out, symlinks=True)
+    assert _package(built, out=out).returncode == 0
+    release = out / "release"
+    for name in ("alpha-sm8750-fp16", "alpha-sm8550-w8a16"):
+        archive = next(release.glob(f"{name}-qnn*.tar.bz2"))
+        with tarfile.open(archive) as tf:
+            tf.extractall(tmp_path / "x", filter="data")
+        folder = tmp_path / "x" / archive.name.removesuffix(".tar.bz2")
+        readme = (folder / "README.md").read_text()
+        (code,) = re.findall(r"```python\n(.*?)```", readme.split("## Load it with ONNX Runtime", 1)[1], re.S)[:1]
+        r = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        errors = [float(x) for x in re.findall(r"max abs error vs CPU (\S+)", r.stdout)]
+        assert errors and max(errors) < (0.01 if "fp16" in name else 0.1), r.stdout
