@@ -17,9 +17,10 @@
 # fetch leaves DIR as it was. On success it prints key=value lines: model, soc, precision,
 # sdk_version, archive, path, qnn_libs, qnn_libs_path.
 #
-# Exit codes, as `qnn-release fetch`: 0 done; 2 usage, or no such model in the release;
-# 3 no NPU build of the model for this chip: use the CPU model; 9 an archive was refused;
-# 10 a download failed or did not match its sha256.
+# Exit codes, the same as `qnn-release fetch` and the Java resolver's (docs/app-developers.md, "Exit
+# codes"): 0 done; 2 usage, or no such model in the release; 3 no NPU build of the model for this chip:
+# use the CPU model; 4 a download failed or did not match its sha256; 9 the manifest or an archive was
+# refused; 10 no such release or asset (the server answered 404).
 #
 # Downloads come from $QNN_FETCH_BASE_URL, else $GITHUB_SERVER_URL, else https://github.com
 # (public releases: /OWNER/NAME/releases/download/TAG/ASSET). QNN_FETCH_DOWNLOADER=curl|wget
@@ -36,7 +37,7 @@ qf_usage() {
 usage: qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL (--soc CHIP | --adb) --dest DIR [--precision P]
        qnn-fetch.sh --resolve CHIP...   (print the build each chip spelling gets, or "none")
 exit codes: 0 done, 2 usage or unknown model, 3 no NPU build for this chip (use the CPU model),
-            9 archive refused, 10 download failed or sha256 mismatch
+            4 download failed or sha256 mismatch, 9 manifest or archive refused, 10 no such release or asset
 EOF
 }
 
@@ -295,11 +296,21 @@ qf_sha256() {
     fi
 }
 
+# URL FILE: 0 fetched; 44 the server has no such file (404/410); 1 any other failure
 qf_get() {
     if [ "$QF_DL" = curl ]; then
-        curl -fsSL --connect-timeout 30 --retry 2 -o "$2" "$1"
+        qf_status=$(curl -sSL --connect-timeout 30 --retry 2 -o "$2" -w '%{http_code}' "$1") || return 1
+        case $qf_status in
+            2??) return 0 ;;
+            404|410) return 44 ;;
+            *) return 1 ;;
+        esac
     else
-        wget -q -O "$2" "$1"
+        qf_log=$(wget -O "$2" "$1" 2>&1) && return 0
+        case $qf_log in  # GNU wget: "ERROR 404: Not Found."; busybox: "server returned error: HTTP/1.1 404 Not Found"
+            *"ERROR 404"*|*"ERROR 410"*|*" 404 Not Found"*|*" 410 Gone"*) return 44 ;;
+            *) return 1 ;;
+        esac
     fi
 }
 
@@ -311,19 +322,24 @@ qf_download() {
     while [ "$qf_n" -lt 3 ]; do
         qf_n=$((qf_n + 1))
         rm -f "$3.part"
-        if qf_get "$qf_url" "$3.part"; then
+        qf_get "$qf_url" "$3.part"
+        qf_rc=$?
+        if [ "$qf_rc" -eq 0 ]; then
             if [ -z "$2" ] || [ "$(qf_sha256 "$3.part")" = "$2" ]; then
                 mv -f "$3.part" "$3"
                 return 0
             fi
             qf_why="its sha256 is not the manifest's"
+        elif [ "$qf_rc" -eq 44 ]; then
+            rm -f "$3.part"
+            qf_die 10 "$1: the release has no such asset, or there is no such release ($qf_url: 404)"
         else
             qf_why="the download failed"
         fi
         [ "$qf_n" -lt 3 ] && sleep "$qf_n"
     done
     rm -f "$3.part"
-    qf_die 10 "$1: $qf_why after 3 attempts ($qf_url)"
+    qf_die 4 "$1: $qf_why after 3 attempts ($qf_url)"
 }
 
 # -- safe extraction ---------------------------------------------------------------------------
@@ -465,7 +481,7 @@ trap 'qf_cleanup' EXIT
 
 qf_download manifest.json "" "$QF_WORK/manifest.json"
 QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION" "$QF_AWK" "$QF_WORK/manifest.json") \
-    || qf_die 10 "$QF_RELEASE: manifest.json could not be read"
+    || qf_die 9 "$QF_RELEASE: manifest.json could not be read"
 {
     IFS= read -r QF_STATUS
     IFS= read -r QF_NAME
@@ -487,20 +503,20 @@ case $QF_STATUS in
         [ -z "$QF_PRECISION" ] || qf_p=" ($QF_PRECISION)"
         qf_die 3 "no NPU build of $QF_MODEL for $QF_CHIP$qf_p: use the CPU model" ;;
     nomodel*) qf_die 2 "$QF_RELEASE: no model '$QF_MODEL' in this release (models: ${QF_STATUS#nomodel?})" ;;
-    bad*) qf_die 10 "$QF_RELEASE: manifest.json: ${QF_STATUS#bad?}" ;;
-    *) qf_die 10 "$QF_RELEASE: manifest.json could not be read" ;;
+    bad*) qf_die 9 "$QF_RELEASE: manifest.json: ${QF_STATUS#bad?}" ;;
+    *) qf_die 9 "$QF_RELEASE: manifest.json could not be read" ;;
 esac
-qf_asset_ok "$QF_NAME" "$QF_SHA" || qf_die 10 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_NAME'"
-[ -z "$QF_LIBS" ] || qf_asset_ok "$QF_LIBS" "$QF_LIBS_SHA" || qf_die 10 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_LIBS'"
+qf_asset_ok "$QF_NAME" "$QF_SHA" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_NAME'"
+[ -z "$QF_LIBS" ] || qf_asset_ok "$QF_LIBS" "$QF_LIBS_SHA" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_LIBS'"
 for qf_r in "$QF_REL" "$QF_LIBS_REL"; do  # a linked part's tag goes into a URL: plain characters only
     case $qf_r in
-        *[!A-Za-z0-9._+-]*|.*) qf_die 10 "$QF_RELEASE: manifest.json names an unsafe release '$qf_r'" ;;
+        *[!A-Za-z0-9._+-]*|.*) qf_die 9 "$QF_RELEASE: manifest.json names an unsafe release '$qf_r'" ;;
     esac
 done
 QF_TAB=$(printf '\t')
 while IFS="$QF_TAB" read -r qf_k qf_pn qf_ps; do
     case $qf_k in
-        p|l) qf_asset_ok "$qf_pn" "$qf_ps" || qf_die 10 "$QF_RELEASE: manifest.json names an unsafe piece '$qf_pn'" ;;
+        p|l) qf_asset_ok "$qf_pn" "$qf_ps" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe piece '$qf_pn'" ;;
     esac
 done <"$QF_WORK/selection"
 
@@ -528,7 +544,7 @@ qf_fetch_asset() {
     done <"$QF_WORK/pieces"
     if [ "$(qf_sha256 "$QF_WORK/$1.joining")" != "$2" ]; then
         rm -f "$QF_WORK/$1.joining"
-        qf_die 10 "$1: its $qf_count pieces joined do not match the manifest's sha256"
+        qf_die 4 "$1: its $qf_count pieces joined do not match the manifest's sha256"
     fi
     mv -f "$QF_WORK/$1.joining" "$QF_WORK/$1"
 }

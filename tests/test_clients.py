@@ -400,7 +400,7 @@ def test_sh_corrupt_download_is_retried_then_refused(gh, tmp_path, sh):
     gh.fault("GET", r"/releases/download/.*vad-sm8750", "corrupt", count=3)
     shutil.rmtree(dest)
     r = _run_sh(sh, gh, tmp_path, *args)
-    assert r.returncode == 10 and "sha256" in r.stderr, r.stderr
+    assert r.returncode == 4 and "sha256" in r.stderr, r.stderr  # as `qnn-release fetch` (#41 item 4)
     assert not dest.exists()
 
 
@@ -416,3 +416,53 @@ def test_sh_usage_errors_are_one_line_with_exit_2(gh, tmp_path):
     r = _run_sh("dash", gh, tmp_path, "--release", f"{OWNER_REPO}@v9.9.9", "--model", "vad", "--soc", "SM8750",
                 "--dest", str(tmp_path / "none"))
     assert r.returncode == 10 and "manifest.json" in r.stderr and not (tmp_path / "none").exists()
+
+
+# -- one table of exit codes ----------------------------------------------------------------------
+
+def _java_code(classes: Path | None, manifest: Path, model: str, soc: str) -> int | None:
+    if classes is None:
+        return None
+    _, java = _java_tools()
+    return subprocess.run([java, "-cp", str(classes), "qnnrelease.QnnModelResolver", str(manifest), model, soc],
+                          capture_output=True, text=True).returncode
+
+
+def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, request):
+    """#41 item 4: the same fault against each client, the same exit code (docs/app-developers.md, "Exit codes");
+    the Java resolver reads a manifest and downloads nothing, so it has no download faults."""
+    java_classes = request.getfixturevalue("java_classes") if _java_tools() else None
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")], libs=False)
+    _publish(gh, folder)
+    shells = [sh for sh in ("dash", "busybox") if shutil.which(sh)]
+    bad = tmp_path / "bad-manifest.json"
+    bad.write_text('{"manifest_version": 2, "assets": [')
+
+    def codes(model: str, soc: str, tag: str = TAG, manifest: Path | None = None) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        try:
+            fetch_model(f"{OWNER_REPO}@{tag}", model, soc=soc, dest=tmp_path / f"py-{len(os.listdir(tmp_path))}",
+                        via=Connection(api_url=gh.url, sleep=lambda s: None))
+            out["python"] = 0
+        except QnnReleaseError as e:
+            out["python"] = e.exit_code
+        for sh in shells:
+            dest = tmp_path / f"{sh}-{len(os.listdir(tmp_path))}"
+            out[sh] = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{tag}", "--model", model, "--soc", soc,
+                              "--dest", str(dest)).returncode
+        out["java"] = _java_code(java_classes, manifest or folder / "manifest.json", model, soc)
+        return out
+
+    def same(got: dict, code: int, java: bool = True) -> None:
+        want = {k: code for k in got if k != "java" or java}
+        assert {k: v for k, v in got.items() if k != "java" or java} == want, got
+        if java and got.get("java") is not None:
+            assert got["java"] == code, got
+
+    same(codes("asr", "SM8750"), 2)  # no such model in the release
+    same(codes("vad", "SM8550"), 3)  # no NPU build for the chip: the CPU model
+    gh.fault("GET", r"/releases/download/.*vad-sm8750", "corrupt", count=99)  # every copy served is corrupt
+    same(codes("vad", "SM8750"), 4, java=False)  # the download does not match its sha256
+    gh.state.faults.clear()
+    same(codes("vad", "SM8750", tag="v9.9.9"), 10, java=False)  # no such release
+    assert _java_code(java_classes, bad, "vad", "SM8750") in (None, 9)  # a malformed manifest is refused

@@ -46,6 +46,10 @@ import java.util.regex.Pattern;
 public final class QnnModelResolver {
     /** The exit code for "no NPU build for this chip", as {@code qnn-release fetch} and qnn-fetch.sh. */
     public static final int EXIT_NO_BUILD = 3;
+    /** The exit code for a usage error or a model the release does not have (the same in every client). */
+    public static final int EXIT_USAGE = 2;
+    /** The exit code for a manifest refused (malformed, unsafe names), as the other clients. */
+    public static final int EXIT_REFUSED = 9;
     /** The newest manifest version this class reads (1 and 2: linked parts, pieces). */
     public static final int MANIFEST_VERSION = 2;
     /** What is tried first when a release has several precisions of one model for one chip. */
@@ -834,7 +838,7 @@ public final class QnnModelResolver {
     public static void main(String[] args) throws IOException {
         if (args.length < 3 || args.length > 5) {
             System.err.println("usage: QnnModelResolver manifest.json MODEL CHIP [PRECISION|-] [BASE_URL]");
-            System.exit(2);
+            System.exit(EXIT_USAGE);
         }
         String text = read(args[0]);
         String precision = args.length > 3 && !"-".equals(args[3]) ? args[3] : null;
@@ -842,9 +846,9 @@ public final class QnnModelResolver {
         Choice c;
         try {
             c = resolve(text, args[1], args[2], precision, base);
-        } catch (IllegalArgumentException e) {
+        } catch (IllegalArgumentException e) {  // the manifest's fault is refused (9), a wrong argument is usage (2)
             System.err.println("QnnModelResolver: error: " + e.getMessage());
-            System.exit(2);
+            System.exit(String.valueOf(e.getMessage()).startsWith("manifest.json") ? EXIT_REFUSED : EXIT_USAGE);
             return;
         }
         if (!c.found()) {
