@@ -83,6 +83,13 @@ class PublishError(QnnReleaseError):
     exit_code = 10
 
 
+class RuntimeTooOld(QnnReleaseError):
+    """The release's binary for the device needs a newer QNN runtime than the app ships (a binary of a newer QNN
+    fails on an older runtime): ship the newer runtime, fetch an earlier release's binary, or use the CPU model."""
+
+    exit_code = 12
+
+
 class BackendUnavailable(QnnReleaseError):
     """The chosen compile route is not installed here (no onnxruntime-qnn, no QNN_SDK_ROOT)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..release.github import Connection, token_from_env
@@ -30,11 +31,28 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from ..release.fetch import fetch_model
+    from ..errors import RuntimeTooOld, UsageError
+    from ..release.fetch import fetch_model, loadable_release
 
     adb = args.adb if args.adb is not None else None
-    result = fetch_model(args.release, args.model, dest=args.dest, soc=args.soc, adb=adb,
-                         precision=args.precision, via=Connection(token=token_from_env()))
+    if args.look_back and not args.qnn_runtime:
+        raise UsageError("--look-back needs --qnn-runtime (the app's QNN runtime, as 2.50.40)")
+    via = Connection(token=token_from_env())
+    try:
+        result = fetch_model(args.release, args.model, dest=args.dest, soc=args.soc, adb=adb,
+                             precision=args.precision, via=via, runtime=args.qnn_runtime)
+    except RuntimeTooOld as e:
+        if not args.look_back:
+            raise
+        earlier = loadable_release(args.release, args.model, args.soc or "", args.qnn_runtime, args.precision, via)
+        if earlier is None:
+            raise RuntimeTooOld(f"{e.message}; no earlier release of {args.release.split('@')[0]} has a binary that "
+                                "QNN runtime " + args.qnn_runtime + " loads",
+                                hint="ship a newer QNN runtime, or use the CPU model") from None
+        print(f"{args.release}: needs a newer QNN runtime than {args.qnn_runtime}: fetching {earlier}, the newest "
+              "release this runtime loads", file=sys.stderr)
+        result = fetch_model(earlier, args.model, dest=args.dest, soc=args.soc, adb=adb, precision=args.precision,
+                             via=via, runtime=args.qnn_runtime)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
@@ -92,6 +110,10 @@ def register(sub) -> None:
     g.add_argument("--soc", help="SM8750, sm8750-ac, qualcomm-snapdragon-8-elite ...")
     g.add_argument("--adb", nargs="?", const="", metavar="SERIAL", help="ask the device: getprop ro.soc.model")
     p.add_argument("--precision", choices=PRECISIONS)
+    p.add_argument("--qnn-runtime", metavar="VERSION", help="the QNN runtime the app ships (2.50.40): a binary that "
+                   "needs a newer one is refused with exit 12")
+    p.add_argument("--look-back", action="store_true", help="with --qnn-runtime: fetch the newest earlier release's "
+                   "binary this runtime loads instead of refusing")
     p.add_argument("--dest", type=Path, required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fetch)

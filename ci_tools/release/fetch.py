@@ -23,7 +23,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..catalog.socs import UnknownSocError, load_catalog
-from ..errors import NoBuildForChip, PackageError, PublishError, QnnReleaseError, SourceError, UsageError
+from ..errors import (
+    NoBuildForChip,
+    PackageError,
+    PublishError,
+    QnnReleaseError,
+    RuntimeTooOld,
+    SourceError,
+    UsageError,
+)
 from ..sources.download import discard, downloads_dir, fetch_verified
 from ..sources.store import sha256_file
 from ..util import cmd
@@ -32,6 +40,7 @@ from ..util.precision import PRECISIONS
 from ..util.text import clip
 from .extract import check_archive, extract_checked
 from .github import Connection, GitHub
+from .runtime import loads_on, runtime_needed
 
 PRECISION_ORDER = PRECISIONS
 
@@ -200,8 +209,54 @@ class _Downloader:
         return done
 
 
+def needs(asset: dict) -> str | None:
+    """The oldest QNN runtime that loads an asset's binaries: the manifest's ``qnn_runtime``, else its QNN's."""
+    return asset.get("qnn_runtime") or runtime_needed(asset.get("sdk_version"))
+
+
+def _check_runtime(release: str, model: str, soc: str, asset: dict, runtime: str) -> None:
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", runtime or ""):
+        raise UsageError(f"--qnn-runtime {runtime!r}: expected the app's QNN runtime version, as 2.50.40")
+    need = needs(asset)
+    if not loads_on(need, runtime):
+        raise RuntimeTooOld(f"{release}: {model} for {soc} needs QNN runtime {need} or newer; the app ships {runtime}",
+                            hint=f"ship QNN runtime {need} or newer "
+                            f"({asset.get('qnn_libs') or 'qnn-libs of ' + str(need)}), fetch the newest earlier "
+                            "release this runtime loads (--look-back), or use the CPU model")
+
+
+def loadable_release(release: str, model: str, soc: str, runtime: str, precision: str | None = None,
+                     via: Connection | None = None) -> str | None:
+    """The newest published release of the repository, not newer than ``release``'s tag, whose binary of ``model``
+    for ``soc`` the app's QNN ``runtime`` loads: its OWNER/NAME@TAG, or None. Each release's manifest is read
+    (newest first, drafts never)."""
+    from .publish import tag_version
+
+    via = via or Connection()
+    repo, tag = _split(release)
+    chip = load_catalog().resolve(soc)
+    gh = via.client(repo, give_up=SourceError)
+    mine = tag_version(tag)
+    for rel in gh.paginate(f"/repos/{repo}/releases"):  # newest first
+        v = tag_version(rel.get("tag_name", ""))
+        if rel.get("draft") or (mine is not None and v is not None and v > mine):
+            continue
+        try:
+            assets = _manifest_assets(_Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep).manifest())
+        except QnnReleaseError:
+            continue  # no manifest (not a qnn-release release), or one this client refuses: not a candidate
+        fits = [a for a in assets if a.get("kind") == "model" and a.get("model") == model
+                and (a.get("soc") == chip.name or chip.name.lower() in _aliases(a))
+                and (precision is None or a.get("precision") == precision) and loads_on(needs(a), runtime)]
+        if fits:
+            return f"{repo}@{rel['tag_name']}"
+    return None
+
+
 def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,
-                precision: str | None = None, via: Connection | None = None, cache: Path | None = None) -> FetchResult:
+                precision: str | None = None, via: Connection | None = None, runtime: str | None = None) -> FetchResult:
+    """``runtime``: the QNN runtime the app ships (major.minor.patch): a binary that needs a newer one is refused
+    (``RuntimeTooOld``, exit 12) before anything is downloaded."""
     via = via or Connection()
     repo, tag = _split(release)
     if soc is None and adb is None:
@@ -216,7 +271,7 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     rel = gh.release_by_tag(tag)
     if rel is None:
         raise PublishError(f"{repo}: no published release {tag}", hint="check the tag (drafts are not visible)")
-    dl = _Downloader(gh, rel, via.token, downloads_dir(cache), gh.sleep)
+    dl = _Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep)
     manifest = dl.manifest()
     assets = _manifest_assets(manifest)
     candidates = [a for a in assets if a.get("kind") == "model" and a.get("model") == model
@@ -230,6 +285,8 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
         raise NoBuildForChip(f"no NPU build of {model} for {chip.name}"
                              + (f" ({precision})" if precision else "") + ": use the CPU model")
     asset = min(candidates, key=lambda a: PRECISION_ORDER.index(a["precision"]))
+    if runtime is not None:
+        _check_runtime(release, model, chip.name, asset, runtime)
     libs = next((a for a in assets if a.get("kind") == "qnn-libs"
                  and a.get("sdk_version") == asset.get("sdk_version")), None)
     wanted = [asset] + ([libs] if libs else [])

@@ -61,6 +61,12 @@ class ModelAsset(_A):
     precision: Precision
     sdk_version: str = Field(description="the QNN version the binaries were compiled with; the runtime "
                              "libraries shipped beside them must be of this version")
+    qnn_runtime: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+$", description="the oldest QNN runtime "
+                                    "(major.minor.patch) that loads these binaries: the QNN that built them. A binary "
+                                    "of a newer QNN fails on an older runtime (QNN_CONTEXT_ERROR_INVALID_ARGUMENT, "
+                                    "measured with onnxruntime-qnn 2.6.0 = QNN 2.50.40 and 2.7.0 = QNN 2.51.0), one of "
+                                    "an older QNN loads on a newer one; clients given the app's runtime refuse a "
+                                    "binary that needs a newer one (exit 12)")
     graphs: list[str] = Field(min_length=1, description="the model's graphs, each a context binary in the archive")
     soc_model: int | None = Field(default=None, description="QNN soc_model id of the chip")
     htp_arch: str | None = Field(default=None, pattern=r"^v\d+$", description="Hexagon arch, e.g. v79")

@@ -40,7 +40,7 @@ from .metadata import METADATA_VERSION, Metadata
 from .page import write_page
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
-from .runtime import runtime_advice
+from .runtime import runtime_advice, runtime_needed
 from .templating import render
 
 RELEASE_DIR = "release"
@@ -336,7 +336,8 @@ class _Archives:
         numbers_ = list(meta.numbers.values())
         asset = _asset(ModelAsset, name=archive.name, kind="model", model=model_name, soc=soc.name,
                        soc_aliases=[soc.name.lower(), *soc.aliases], soc_model=soc.soc_model, htp_arch=soc.arch,
-                       precision=precision, sdk_version=sdk, graphs=[g.name for g in meta.graphs],
+                       precision=precision, sdk_version=sdk, qnn_runtime=runtime_needed(sdk),
+                       graphs=[g.name for g in meta.graphs],
                        qnn_libs=self.libs_name, verified=all(r.verified for r in records),
                        verified_on=weakest(verdict(r) for r in records),
                        cosine=min(n.parity_vs_cpu.cosine if n.parity_vs_cpu else 1.0 for n in numbers_),

@@ -33,6 +33,23 @@ ORT_QNN = {
 FIRST_ANDROID = (2, 3, 0)  # the first onnxruntime-qnn with an Android package (com.qualcomm.qti)
 
 
+def runtime_needed(qnn_version: str | None) -> str | None:
+    """The oldest QNN runtime that loads a binary built with ``qnn_version``: its major.minor.patch (the rule
+    ``tests/test_runtime_rule.py`` measures with two real SDKs: newer loads older, older refuses newer)."""
+    from ..util.qnn_version import triple
+
+    t = triple(qnn_version)
+    return ".".join(map(str, t)) if t else None
+
+
+def loads_on(needed: str | None, runtime: str) -> bool:
+    """Whether a binary that needs ``needed`` loads on the app's ``runtime`` (major.minor.patch, or less)."""
+    from ..util.qnn_version import numbers
+
+    need, have = numbers(needed), numbers(runtime)
+    return not need or need <= have + (0,) * (len(need) - len(have))
+
+
 def runtime_advice(route: str, tool: str, qnn_version: str, htp_arch: str, libs: str | None) -> list[str]:
     """Markdown lines: the runtime an app ships with these binaries, for their route."""
     core = ".".join(re.findall(r"\d+", qnn_version)[:3])
