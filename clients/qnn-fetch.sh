@@ -6,7 +6,7 @@
 # release, without Python or jq. Needs a POSIX sh, awk, sed, tr, tar with bzip2 (-j), curl or
 # wget, and sha256sum, shasum or openssl (dash and busybox sh are enough).
 #
-#   sh qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL --soc SM8750-AC --dest DIR
+#   sh qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL --soc SM8750-AC --dest DIR [--qnn-runtime 2.50.40]
 #
 # It reads the release's manifest.json (version 2: an archive in a linked release TAG-part2 ...,
 # or uploaded in pieces it joins and checks), resolves the chip from any spelling the catalog knows
@@ -20,7 +20,8 @@
 # Exit codes, the same as `qnn-release fetch` and the Java resolver's (docs/app-developers.md, "Exit
 # codes"): 0 done; 2 usage, or no such model in the release; 3 no NPU build of the model for this chip:
 # use the CPU model; 4 a download failed or did not match its sha256; 9 the manifest or an archive was
-# refused; 10 no such release or asset (the server answered 404).
+# refused; 10 no such release or asset (the server answered 404); 12 the binary needs a newer QNN runtime
+# than --qnn-runtime (the app's): a binary of a newer QNN fails on an older runtime.
 #
 # Downloads come from $QNN_FETCH_BASE_URL, else $GITHUB_SERVER_URL, else https://github.com
 # (public releases: /OWNER/NAME/releases/download/TAG/ASSET). QNN_FETCH_DOWNLOADER=curl|wget
@@ -35,9 +36,11 @@ QF_DEST=
 qf_usage() {
     cat <<'EOF'
 usage: qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL (--soc CHIP | --adb) --dest DIR [--precision P]
+                    [--qnn-runtime VERSION]
        qnn-fetch.sh --resolve CHIP...   (print the build each chip spelling gets, or "none")
 exit codes: 0 done, 2 usage or unknown model, 3 no NPU build for this chip (use the CPU model),
-            4 download failed or sha256 mismatch, 9 manifest or archive refused, 10 no such release or asset
+            4 download failed or sha256 mismatch, 9 manifest or archive refused, 10 no such release or asset,
+            12 the binary needs a newer QNN runtime than --qnn-runtime
 EOF
 }
 
@@ -391,12 +394,21 @@ qf_asset_ok() {
     [ "${#2}" -eq 64 ]
 }
 
+# A B: whether version A is newer than B, number by number (a missing number is 0)
+qf_newer() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        n = split(a, x, "."); m = split(b, y, "."); k = n > m ? n : m
+        for (i = 1; i <= k; i++) { p = (i <= n) ? x[i] + 0 : 0; q = (i <= m) ? y[i] + 0 : 0
+            if (p != q) exit !(p > q) }
+        exit 1 }'
+}
+
 # -- the command -------------------------------------------------------------------------------
 
-QF_RELEASE= QF_MODEL= QF_SOC= QF_ADB= QF_PRECISION= QF_DESTARG= QF_RESOLVE=
+QF_RELEASE= QF_MODEL= QF_SOC= QF_ADB= QF_PRECISION= QF_DESTARG= QF_RESOLVE= QF_RUNTIME=
 while [ $# -gt 0 ]; do
     case $1 in
-        --release|--model|--soc|--precision|--dest)
+        --release|--model|--soc|--precision|--dest|--qnn-runtime)
             [ $# -ge 2 ] || { qf_usage >&2; qf_die 2 "$1 needs a value"; }
             case $1 in
                 --release) QF_RELEASE=$2 ;;
@@ -404,6 +416,7 @@ while [ $# -gt 0 ]; do
                 --soc) QF_SOC=$2 ;;
                 --precision) QF_PRECISION=$2 ;;
                 --dest) QF_DESTARG=$2 ;;
+                --qnn-runtime) QF_RUNTIME=$2 ;;
             esac
             shift 2 ;;
         --release=*) QF_RELEASE=${1#*=}; shift ;;
@@ -411,6 +424,7 @@ while [ $# -gt 0 ]; do
         --soc=*) QF_SOC=${1#*=}; shift ;;
         --precision=*) QF_PRECISION=${1#*=}; shift ;;
         --dest=*) QF_DESTARG=${1#*=}; shift ;;
+        --qnn-runtime=*) QF_RUNTIME=${1#*=}; shift ;;
         --adb) QF_ADB=1; shift ;;
         --resolve) QF_RESOLVE=1; shift; break ;;
         -h|--help) qf_usage; exit 0 ;;
@@ -436,6 +450,10 @@ QF_REPO=${QF_RELEASE%%@*}
 QF_TAG=${QF_RELEASE#*@}
 case $QF_REPO in
     */*/*|/*|*/|*[!A-Za-z0-9._/-]*) qf_die 2 "--release '$QF_RELEASE': expected OWNER/NAME@TAG" ;;
+esac
+case $QF_RUNTIME in
+    ''|[0-9]*.[0-9]*) case $QF_RUNTIME in *[!0-9.]*|*..*|*.) qf_die 2 "--qnn-runtime '$QF_RUNTIME': expected a version as 2.50.40" ;; esac ;;
+    *) qf_die 2 "--qnn-runtime '$QF_RUNTIME': expected a version as 2.50.40" ;;
 esac
 case $QF_PRECISION in
     ''|fp16|w8a16|int8) ;;
@@ -506,6 +524,11 @@ case $QF_STATUS in
     bad*) qf_die 9 "$QF_RELEASE: manifest.json: ${QF_STATUS#bad?}" ;;
     *) qf_die 9 "$QF_RELEASE: manifest.json could not be read" ;;
 esac
+# the runtime the binaries need: the first three numbers of the QNN that built them (manifest: qnn_runtime)
+QF_NEEDS=$(printf '%s' "$QF_SDK" | sed -n 's/^v\{0,1\}\([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+if [ -n "$QF_RUNTIME" ] && [ -n "$QF_NEEDS" ] && qf_newer "$QF_NEEDS" "$QF_RUNTIME"; then
+    qf_die 12 "$QF_RELEASE: $QF_MODEL for $QF_CHIP needs QNN runtime $QF_NEEDS or newer; the app ships $QF_RUNTIME (ship QNN runtime $QF_NEEDS or newer, use an earlier release built with QNN $QF_RUNTIME or older, or the CPU model)"
+fi
 qf_asset_ok "$QF_NAME" "$QF_SHA" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_NAME'"
 [ -z "$QF_LIBS" ] || qf_asset_ok "$QF_LIBS" "$QF_LIBS_SHA" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_LIBS'"
 for qf_r in "$QF_REL" "$QF_LIBS_REL"; do  # a linked part's tag goes into a URL: plain characters only
@@ -570,6 +593,7 @@ echo "model=$QF_MODEL"
 echo "soc=$QF_CHIP"
 echo "precision=$QF_PREC"
 echo "sdk_version=$QF_SDK"
+echo "qnn_runtime=$QF_NEEDS"
 echo "archive=$QF_NAME"
 echo "path=$QF_DEST/$QF_TOP"
 echo "qnn_libs=$QF_LIBS"

@@ -195,33 +195,33 @@ ROWS = [("vad", "SM8750", "fp16"), ("vad", "SM8750", "w8a16"), ("vad", "SM8750",
         ("vad", "SM8550", "int8"), ("vad", "SM8550", "w8a16"), ("ocr", "SM8650", "w8a16"), ("ocr", "QCS9100", "fp16")]
 
 
-def _release(folder: Path, rows=ROWS, libs: bool = True) -> Path:
+def _release(folder: Path, rows=ROWS, libs: bool = True, sdk: str = SDK, tag: str = TAG) -> Path:
     """A release made with the real archive writer: several models, chips and precisions, one qnn-libs."""
     cat = load_catalog()
     folder.mkdir(parents=True, exist_ok=True)
     assets = []
     for model, soc, precision in rows:
         chip = cat.get(soc)
-        stem = f"{model}-{soc.lower()}-{precision}-qnn{SDK}"
+        stem = f"{model}-{soc.lower()}-{precision}-qnn{sdk}"
         make_tar_bz2(folder / f"{stem}.tar.bz2", [
             (f"{stem}/{model}_ctx.onnx", f"stub {soc} {precision}".encode()),
             (f"{stem}/{model}_ctx_qnn.bin", f"binary for {soc} {precision}".encode() * 50),
             (f"{stem}/metadata.json", json.dumps({"chip": {"name": soc}}).encode())])
         assets.append({"name": f"{stem}.tar.bz2", "kind": "model", "model": model, "soc": soc,
-                       "soc_aliases": [soc.lower(), *chip.aliases], "precision": precision, "sdk_version": SDK,
+                       "soc_aliases": [soc.lower(), *chip.aliases], "precision": precision, "sdk_version": sdk,
                        "graphs": [model]})
     if libs:
-        make_tar_bz2(folder / f"qnn-libs-{SDK}.tar.bz2", [(f"qnn-libs-{SDK}/libQnnHtp.so", b"\x7fELF htp")])
-        assets.append({"name": f"qnn-libs-{SDK}.tar.bz2", "kind": "qnn-libs", "sdk_version": SDK,
+        make_tar_bz2(folder / f"qnn-libs-{sdk}.tar.bz2", [(f"qnn-libs-{sdk}/libQnnHtp.so", b"\x7fELF htp")])
+        assets.append({"name": f"qnn-libs-{sdk}.tar.bz2", "kind": "qnn-libs", "sdk_version": sdk,
                        "htp_archs": ["v73", "v79"]})
-    _finish(folder, assets)
+    _finish(folder, assets, sdk, tag)
     return folder
 
 
-def _finish(folder: Path, assets: list[dict]) -> None:
+def _finish(folder: Path, assets: list[dict], sdk: str = SDK, tag: str = TAG) -> None:
     for a in assets:
         a["size"], a["sha256"] = (folder / a["name"]).stat().st_size, sha256_file(folder / a["name"])
-    manifest = {"manifest_version": 1, "tag": TAG, "toolkit": "qnn-release test", "sdk_versions": [SDK],
+    manifest = {"manifest_version": 1, "tag": tag, "toolkit": "qnn-release test", "sdk_versions": [sdk],
                 "skipped": [], "assets": sorted(assets, key=lambda a: a["name"])}
     validate_manifest(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -234,8 +234,8 @@ def gh():
         yield server
 
 
-def _publish(gh, folder: Path) -> None:
-    publish(folder, OWNER_REPO, TAG, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
+def _publish(gh, folder: Path, tag: str = TAG) -> None:
+    publish(folder, OWNER_REPO, tag, via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
 
 
 CASES = [("vad", "sm8750-ac", None), ("vad", "SM8750", "int8"), ("vad", "Snapdragon 8 Gen 2", None),
@@ -466,3 +466,53 @@ def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, 
     gh.state.faults.clear()
     same(codes("vad", "SM8750", tag="v9.9.9"), 10, java=False)  # no such release
     assert _java_code(java_classes, bad, "vad", "SM8750") in (None, 9)  # a malformed manifest is refused
+
+
+# -- the app's QNN runtime ------------------------------------------------------------------------
+
+def test_a_binary_that_needs_a_newer_runtime_is_refused_alike_and_look_back_finds_an_older_one(gh, tmp_path,
+                                                                                                request):
+    """#41 item 2: the rule tests/test_runtime_rule.py measures (a binary of QNN 2.51.0 fails on a 2.50.40 runtime,
+    one of 2.50.40 loads on 2.51.0), applied by every client the same way: exit 12 naming both versions."""
+    from tests.conftest import run_cli
+
+    java_classes = request.getfixturevalue("java_classes") if _java_tools() else None
+    old, new = "2.50.40.260815120000", "2.51.0.260929181845"
+    _publish(gh, _release(tmp_path / "v1", rows=[("vad", "SM8750", "fp16")], libs=False, sdk=old, tag="v3.0.0"),
+             tag="v3.0.0")
+    newest = _release(tmp_path / "v2", rows=[("vad", "SM8750", "fp16")], libs=False, sdk=new)
+    _publish(gh, newest)
+    shells = [sh for sh in ("dash", "busybox") if shutil.which(sh)]
+    for runtime, code in (("2.50.40", 12), ("2.51.0", 0), ("2.52", 0)):
+        try:
+            fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / f"py{runtime}",
+                        via=Connection(api_url=gh.url, sleep=lambda s: None), runtime=runtime)
+            got = {"python": 0}
+        except QnnReleaseError as e:
+            got = {"python": e.exit_code}
+            assert "needs QNN runtime 2.51.0 or newer; the app ships 2.50.40" in e.message, e.message
+        for sh in shells:
+            r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750",
+                        "--dest", str(tmp_path / f"{sh}{runtime}"), "--qnn-runtime", runtime)
+            got[sh] = r.returncode
+            if code:
+                assert "needs QNN runtime 2.51.0 or newer; the app ships 2.50.40" in r.stderr, r.stderr
+                assert not (tmp_path / f"{sh}{runtime}").exists()
+        if java_classes is not None:
+            _, java = _java_tools()
+            r = subprocess.run([java, "-cp", str(java_classes), "qnnrelease.QnnModelResolver",
+                                str(newest / "manifest.json"), "vad", "SM8750", "-", "-", runtime],
+                               capture_output=True, text=True)
+            got["java"] = r.returncode
+            if code:
+                assert r.stdout.startswith("runtime: vad for SM8750 needs QNN runtime 2.51.0"), r.stdout
+        assert set(got.values()) == {code}, (runtime, got)
+    # asked to, fetch looks back for the newest earlier release this runtime loads
+    env = {**os.environ, "GITHUB_API_URL": gh.url, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
+    r = run_cli("fetch", "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest",
+                str(tmp_path / "back"), "--qnn-runtime", "2.50.40", "--look-back", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["sdk_version"] == old and f"fetching {OWNER_REPO}@v3.0.0" in r.stderr
+    r = run_cli("fetch", "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest",
+                str(tmp_path / "none"), "--qnn-runtime", "2.49.0", "--look-back", env=env)
+    assert r.returncode == 12 and "no earlier release" in r.stderr, r.stderr

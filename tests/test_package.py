@@ -145,6 +145,19 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
     assert "- added: beta/SM8750/fp16" in notes
     assert "- removed: alpha/SM8650/fp16" in notes
     assert "- rebuilt: alpha/SM8550/fp16" in notes
+    assert "raises the QNN runtime" not in notes  # the same QNN on both sides
+    # #41 item 2: a previous release built with an older QNN: the notes say first that this one needs a newer runtime
+    for a in prev["assets"]:
+        a["sdk_version"] = "2.50.40.260815120000"
+        a.pop("qnn_runtime", None)
+    p.write_text(json.dumps(prev))
+    assert _package(built, "--tag", "v1.1.0", "--previous", str(p)).returncode == 0
+    notes = (built["repo"] / "release_notes" / "v1.1.0.md").read_text()
+    now = json.loads((built["out"] / "release" / "manifest.json").read_text())["assets"]
+    need = next(a["qnn_runtime"] for a in now if a["kind"] == "model")
+    assert f"raises the QNN runtime an app needs: {need} or newer (was 2.50.40" in notes
+    assert notes.index("raises the QNN runtime") < notes.index("## Models x chips")
+    assert f"| {need} or newer |" in notes
 
 
 def test_build_package_publish_fetch_round_trip(built, tmp_path):

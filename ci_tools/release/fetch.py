@@ -237,9 +237,12 @@ def loadable_release(release: str, model: str, soc: str, runtime: str, precision
     chip = load_catalog().resolve(soc)
     gh = via.client(repo, give_up=SourceError)
     mine = tag_version(tag)
-    for rel in gh.paginate(f"/repos/{repo}/releases"):  # newest first
+    releases = [r for r in gh.paginate(f"/repos/{repo}/releases") if not r.get("draft")]  # newest first
+    if all(tag_version(r.get("tag_name", "")) is not None for r in releases):  # by version where tags are versions
+        releases.sort(key=lambda r: tag_version(r["tag_name"]), reverse=True)
+    for rel in releases:
         v = tag_version(rel.get("tag_name", ""))
-        if rel.get("draft") or (mine is not None and v is not None and v > mine):
+        if mine is not None and v is not None and v > mine:
             continue
         try:
             assets = _manifest_assets(_Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep).manifest())

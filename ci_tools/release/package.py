@@ -40,7 +40,7 @@ from .metadata import METADATA_VERSION, Metadata
 from .page import write_page
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
-from .runtime import runtime_advice, runtime_needed
+from .runtime import loads_on, runtime_advice, runtime_needed
 from .templating import render
 
 RELEASE_DIR = "release"
@@ -559,20 +559,36 @@ def _previous_manifest(notes_dir: Path, tag: str) -> Path | None:
     return candidates[-1] if candidates else None
 
 
+FIRST_RELEASE = {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None,
+                 "runtime_before": None, "runtime_now": None, "runtime_raised": False}
+
+
 def _changes(manifest: Manifest, previous: Path | None) -> dict:
     """What changed since the previous release (its manifest as published: read as the JSON it is)."""
     if previous is None:
-        return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
+        return {**FIRST_RELEASE}
     try:
         data = json.loads(Path(previous).read_text())
         if data.get("tag", "") is None and not data["assets"]:  # `previous-manifest` found no earlier release
-            return {"added": [], "removed": [], "rebuilt": [], "first": True, "previous_tag": None}
+            return {**FIRST_RELEASE}
         old_by = {(a["model"], a["soc"], a["precision"]): a["sha256"] for a in data["assets"] if a["kind"] == "model"}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise PackageError(f"{previous}: cannot read the previous manifest: {type(e).__name__}: {e}") from None
 
     new_by = {(a.model, a.soc, a.precision): a.sha256 for a in manifest.assets if a.kind == "model"}
+    before = _newest_runtime(a.get("qnn_runtime") or runtime_needed(a.get("sdk_version"))
+                             for a in data["assets"] if a.get("kind") == "model")
+    now = _newest_runtime(a.qnn_runtime for a in manifest.assets if a.kind == "model")
     return {"added": sorted("/".join(k) for k in new_by.keys() - old_by.keys()),
             "removed": sorted("/".join(k) for k in old_by.keys() - new_by.keys()),
             "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys() if new_by[k] != old_by[k]),
-            "first": False, "previous_tag": data.get("tag")}
+            "first": False, "previous_tag": data.get("tag"), "runtime_before": before, "runtime_now": now,
+            "runtime_raised": bool(before and now and not loads_on(now, before))}
+
+
+def _newest_runtime(versions) -> str | None:
+    """The newest of the QNN runtimes some assets need: what an app ships to load every one of them."""
+    from ..util.qnn_version import numbers
+
+    known = [v for v in versions if v]
+    return max(known, key=numbers) if known else None

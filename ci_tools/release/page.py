@@ -93,7 +93,7 @@ def _ok_cell(asset: ModelAsset, meta: Metadata | None) -> dict:
         status = "generated"
     compile_seconds = asset.compile_seconds if asset.compile_seconds is not None else \
         (sum(n.compile_seconds for n in numbers) or None)
-    return {"status": status, "asset": asset.name, "graphs": len(asset.graphs),
+    return {"status": status, "asset": asset.name, "graphs": len(asset.graphs), "qnn_runtime": asset.qnn_runtime,
             "size": sum(sizes) if sizes else None, "compile_seconds": compile_seconds,
             "cosine": min(p.cosine for p in parity) if parity else asset.cosine,
             "snr_db": min(p.snr_db for p in parity) if parity else None,

@@ -50,6 +50,8 @@ public final class QnnModelResolver {
     public static final int EXIT_USAGE = 2;
     /** The exit code for a manifest refused (malformed, unsafe names), as the other clients. */
     public static final int EXIT_REFUSED = 9;
+    /** The exit code for "the binary needs a newer QNN runtime than the app ships", as the other clients. */
+    public static final int EXIT_RUNTIME_TOO_OLD = 12;
     /** The newest manifest version this class reads (1 and 2: linked parts, pieces). */
     public static final int MANIFEST_VERSION = 2;
     /** What is tried first when a release has several precisions of one model for one chip. */
@@ -412,7 +414,11 @@ public final class QnnModelResolver {
         /** The pieces the archive was uploaded in (empty: it is one asset at {@code url}). */
         public final List<Piece> pieces;
         public final List<Piece> qnnLibsPieces;
-        /** Null when an archive was found; else "none: ... use the CPU model". */
+        /** The oldest QNN runtime (major.minor.patch) that loads the binaries: the QNN that built them. */
+        public final String qnnRuntime;
+        /** True when the archive was refused because the app's QNN runtime is older than {@link #qnnRuntime}. */
+        public final boolean runtimeTooOld;
+        /** Null when an archive was found; else "none: ... use the CPU model" or "runtime: ..." (runtimeTooOld). */
         public final String reason;
 
         Choice(Map<String, Object> a, Map<String, Object> libs, String base, String soc) {
@@ -431,15 +437,23 @@ public final class QnnModelResolver {
             this.qnnLibsSize = libs == null ? 0 : num(libs, "size");
             this.pieces = pieces(a, own);
             this.qnnLibsPieces = libs == null ? Collections.<Piece>emptyList() : pieces(libs, libsBase);
+            this.qnnRuntime = runtimeNeeded(a);
+            this.runtimeTooOld = false;
             this.reason = null;
         }
 
         Choice(String soc, String reason) {
+            this(soc, reason, null, false);
+        }
+
+        Choice(String soc, String reason, String qnnRuntime, boolean runtimeTooOld) {
             this.asset = this.url = this.sha256 = this.precision = this.sdkVersion = null;
             this.qnnLibs = this.qnnLibsUrl = this.qnnLibsSha256 = null;
             this.size = this.qnnLibsSize = 0;
             this.pieces = this.qnnLibsPieces = Collections.<Piece>emptyList();
             this.soc = soc;
+            this.qnnRuntime = qnnRuntime;
+            this.runtimeTooOld = runtimeTooOld;
             this.reason = reason;
         }
 
@@ -531,6 +545,20 @@ public final class QnnModelResolver {
      */
     public static Choice resolve(String manifestJson, String model, String socModel, String precision,
                                  String downloadBase) {
+        return resolve(manifestJson, model, socModel, precision, downloadBase, null);
+    }
+
+    /**
+     * As {@link #resolve(String, String, String, String, String)}, for an app that ships the QNN runtime
+     * {@code qnnRuntime} (major.minor.patch, e.g. "2.50.40"; null: not checked): an archive whose binaries need a
+     * newer runtime (a binary of a newer QNN fails on an older runtime) is not chosen; the Choice then has
+     * {@code runtimeTooOld} set and its reason names both versions (exit 12 from {@code main}).
+     */
+    public static Choice resolve(String manifestJson, String model, String socModel, String precision,
+                                 String downloadBase, String qnnRuntime) {
+        if (qnnRuntime != null && !qnnRuntime.matches("[0-9]+\\.[0-9]+(\\.[0-9]+)?")) {
+            throw new IllegalArgumentException("qnnRuntime " + qnnRuntime + ": expected a version as 2.50.40");
+        }
         Object parsed = Json.parse(manifestJson);
         if (!(parsed instanceof Map)) {
             throw new IllegalArgumentException("manifest.json: expected a JSON object");
@@ -598,7 +626,38 @@ public final class QnnModelResolver {
                 break;
             }
         }
+        String needed = runtimeNeeded(best);
+        if (qnnRuntime != null && needed != null && compareVersions(needed, qnnRuntime) > 0) {
+            return new Choice(chip, "runtime: " + model + " for " + chip + " needs QNN runtime " + needed
+                    + " or newer; the app ships " + qnnRuntime + ": ship the newer runtime, use an earlier release"
+                    + " built with QNN " + qnnRuntime + " or older, or the CPU model", needed, true);
+        }
         return new Choice(best, libs, downloadBase, chip);
+    }
+
+    /** The oldest QNN runtime that loads an asset: its manifest's qnn_runtime, else its sdk_version's first three. */
+    static String runtimeNeeded(Map<String, Object> asset) {
+        String own = str(asset, "qnn_runtime");
+        if (own != null) {
+            return own;
+        }
+        String sdk = str(asset, "sdk_version");
+        Matcher m = sdk == null ? null : Pattern.compile("^v?([0-9]+)\\.([0-9]+)\\.([0-9]+)").matcher(sdk);
+        return m != null && m.find() ? m.group(1) + "." + m.group(2) + "." + m.group(3) : null;
+    }
+
+    /** Dotted versions compared number by number (a missing number is 0). */
+    static int compareVersions(String a, String b) {
+        String[] x = a.split("\\.");
+        String[] y = b.split("\\.");
+        for (int i = 0; i < Math.max(x.length, y.length); i++) {
+            long p = i < x.length ? Long.parseLong(x[i]) : 0;
+            long q = i < y.length ? Long.parseLong(y[i]) : 0;
+            if (p != q) {
+                return p < q ? -1 : 1;
+            }
+        }
+        return 0;
     }
 
     /** Where an asset is: the tag's own release, or the linked part its {@code release} names. */
@@ -836,16 +895,18 @@ public final class QnnModelResolver {
 
     /** java qnnrelease.QnnModelResolver manifest.json MODEL CHIP [PRECISION] [BASE_URL]. */
     public static void main(String[] args) throws IOException {
-        if (args.length < 3 || args.length > 5) {
-            System.err.println("usage: QnnModelResolver manifest.json MODEL CHIP [PRECISION|-] [BASE_URL]");
+        if (args.length < 3 || args.length > 6) {
+            System.err.println("usage: QnnModelResolver manifest.json MODEL CHIP [PRECISION|-] [BASE_URL|-] "
+                    + "[QNN_RUNTIME]");
             System.exit(EXIT_USAGE);
         }
         String text = read(args[0]);
         String precision = args.length > 3 && !"-".equals(args[3]) ? args[3] : null;
-        String base = args.length > 4 ? args[4] : null;
+        String base = args.length > 4 && !"-".equals(args[4]) ? args[4] : null;
+        String runtime = args.length > 5 ? args[5] : null;
         Choice c;
         try {
-            c = resolve(text, args[1], args[2], precision, base);
+            c = resolve(text, args[1], args[2], precision, base, runtime);
         } catch (IllegalArgumentException e) {  // the manifest's fault is refused (9), a wrong argument is usage (2)
             System.err.println("QnnModelResolver: error: " + e.getMessage());
             System.exit(String.valueOf(e.getMessage()).startsWith("manifest.json") ? EXIT_REFUSED : EXIT_USAGE);
@@ -853,7 +914,7 @@ public final class QnnModelResolver {
         }
         if (!c.found()) {
             System.out.println(c.reason);
-            System.exit(EXIT_NO_BUILD);
+            System.exit(c.runtimeTooOld ? EXIT_RUNTIME_TOO_OLD : EXIT_NO_BUILD);
         }
         System.out.println("asset=" + c.asset);
         System.out.println("url=" + (c.url == null ? "" : c.url));
@@ -862,6 +923,7 @@ public final class QnnModelResolver {
         System.out.println("precision=" + c.precision);
         System.out.println("soc=" + c.soc);
         System.out.println("sdk_version=" + c.sdkVersion);
+        System.out.println("qnn_runtime=" + (c.qnnRuntime == null ? "" : c.qnnRuntime));
         System.out.println("qnn_libs=" + (c.qnnLibs == null ? "" : c.qnnLibs));
         System.out.println("qnn_libs_url=" + (c.qnnLibsUrl == null ? "" : c.qnnLibsUrl));
         System.out.println("qnn_libs_sha256=" + (c.qnnLibsSha256 == null ? "" : c.qnnLibsSha256));
