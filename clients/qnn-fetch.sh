@@ -270,12 +270,18 @@ END {
         r = rank(v[p SUBSEP "precision"])
         if (r < bestr) { bestr = r; best = p }
     }
+    status = "ok"
+    if (best == "" && known && (precision == "" || precision == "fp16"))  # no binary: the twin of the model
+        for (i = 0; i < n && best == ""; i++)
+            if (v["assets" SUBSEP i SUBSEP "kind"] == "twin" && v["assets" SUBSEP i SUBSEP "model"] == model) {
+                best = "assets" SUBSEP i; status = "twin"
+            }
     if (best == "") { print (known ? "nobuild" : "nomodel\t" models); exit }
-    sdk = v[best SUBSEP "sdk_version"]; libs = ""
-    for (i = 0; i < n && libs == ""; i++)
+    sdk = (status == "twin") ? "" : v[best SUBSEP "sdk_version"]; libs = ""
+    for (i = 0; i < n && libs == "" && status == "ok"; i++)
         if (v["assets" SUBSEP i SUBSEP "kind"] == "qnn-libs" && v["assets" SUBSEP i SUBSEP "sdk_version"] == sdk)
             libs = "assets" SUBSEP i
-    print "ok"
+    print status
     print v[best SUBSEP "name"]; print v[best SUBSEP "sha256"]; print v[best SUBSEP "precision"]; print sdk
     print (libs == "" ? "" : v[libs SUBSEP "name"]); print (libs == "" ? "" : v[libs SUBSEP "sha256"])
     # the release that holds each (empty: the tag itself), then the pieces an archive was uploaded in
@@ -472,7 +478,7 @@ fi
 [ -n "$QF_SOC" ] || { qf_usage >&2; qf_die 2 "give --soc CHIP or --adb"; }
 
 QF_SOCNAME=$(printf '%s' "$QF_SOC" | sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//')
-QF_CHIP=$(qf_chip "$QF_SOC") || qf_die 3 "no NPU build of $QF_MODEL for $QF_SOCNAME: use the CPU model (this chip is not in qnn-release's catalog)"
+QF_CHIP=$(qf_chip "$QF_SOC") || QF_CHIP=  # not in the catalog: no binary, but the release's twin runs on its CPU
 
 QF_DL=${QNN_FETCH_DOWNLOADER:-}
 if [ -z "$QF_DL" ]; then
@@ -514,11 +520,14 @@ QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION
 $QF_SEL
 EOF
 printf '%s\n' "$QF_SEL" >"$QF_WORK/selection"
+QF_KIND=binary
 case $QF_STATUS in
     ok) ;;
+    twin) QF_KIND=jit; [ -n "$QF_CHIP" ] || QF_KIND=cpu ;;  # the catalog's chips all have an HTP
     nobuild)
         qf_p=
         [ -z "$QF_PRECISION" ] || qf_p=" ($QF_PRECISION)"
+        [ -n "$QF_CHIP" ] || qf_die 3 "no NPU build of $QF_MODEL for $QF_SOCNAME: use the CPU model (this chip is not in qnn-release's catalog)"
         qf_die 3 "no NPU build of $QF_MODEL for $QF_CHIP$qf_p: use the CPU model" ;;
     nomodel*) qf_die 2 "$QF_RELEASE: no model '$QF_MODEL' in this release (models: ${QF_STATUS#nomodel?})" ;;
     bad*) qf_die 9 "$QF_RELEASE: manifest.json: ${QF_STATUS#bad?}" ;;
@@ -590,7 +599,8 @@ QF_MADE_DEST=
 qf_cleanup
 
 echo "model=$QF_MODEL"
-echo "soc=$QF_CHIP"
+echo "kind=$QF_KIND"
+echo "soc=${QF_CHIP:-$QF_SOCNAME}"
 echo "precision=$QF_PREC"
 echo "sdk_version=$QF_SDK"
 echo "qnn_runtime=$QF_NEEDS"

@@ -428,9 +428,10 @@ def _java_code(classes: Path | None, manifest: Path, model: str, soc: str) -> in
                           capture_output=True, text=True).returncode
 
 
-def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, request):
+def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, request, monkeypatch):
     """#41 item 4: the same fault against each client, the same exit code (docs/app-developers.md, "Exit codes");
     the Java resolver reads a manifest and downloads nothing, so it has no download faults."""
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))  # its own downloads
     java_classes = request.getfixturevalue("java_classes") if _java_tools() else None
     folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")], libs=False)
     _publish(gh, folder)
@@ -471,9 +472,10 @@ def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, 
 # -- the app's QNN runtime ------------------------------------------------------------------------
 
 def test_a_binary_that_needs_a_newer_runtime_is_refused_alike_and_look_back_finds_an_older_one(gh, tmp_path,
-                                                                                                request):
+                                                                                                request, monkeypatch):
     """#41 item 2: the rule tests/test_runtime_rule.py measures (a binary of QNN 2.51.0 fails on a 2.50.40 runtime,
     one of 2.50.40 loads on 2.51.0), applied by every client the same way: exit 12 naming both versions."""
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))  # its own downloads
     from tests.conftest import run_cli
 
     java_classes = request.getfixturevalue("java_classes") if _java_tools() else None
@@ -516,3 +518,45 @@ def test_a_binary_that_needs_a_newer_runtime_is_refused_alike_and_look_back_find
     r = run_cli("fetch", "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest",
                 str(tmp_path / "none"), "--qnn-runtime", "2.49.0", "--look-back", env=env)
     assert r.returncode == 12 and "no earlier release" in r.stderr, r.stderr
+
+
+def test_every_client_returns_the_twin_for_a_chip_without_a_binary(gh, tmp_path, request, monkeypatch):
+    """#41 item 1: no binary for the chip, the model's twin: kind=jit where the catalog knows the chip (an HTP),
+    kind=cpu where it does not; a binary where there is one. Python, dash, busybox and Java alike."""
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))  # its own downloads
+    java_classes = request.getfixturevalue("java_classes") if _java_tools() else None
+    folder = tmp_path / "rel"
+    _release(folder, rows=[("vad", "SM8750", "fp16")], libs=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    twin = make_tar_bz2(folder / "vad-float-onnx.tar.bz2", [("vad-float-onnx/vad/graph.onnx", b"float graph"),
+                                                            ("vad-float-onnx/twin.json", b"{}")])
+    manifest["assets"].append({"name": twin.name, "kind": "twin", "model": "vad", "precision": "float",
+                               "graphs": ["vad"]})
+    _finish(folder, manifest["assets"])
+    _publish(gh, folder)
+    shells = [sh for sh in ("dash", "busybox") if shutil.which(sh)]
+    for soc, kind, asset in (("SM8650", "jit", twin.name), ("MT6989", "cpu", twin.name),
+                             ("sm8750-ac", "binary", f"vad-sm8750-fp16-qnn{SDK}.tar.bz2")):
+        res = fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc=soc, dest=tmp_path / f"py-{soc}",
+                          via=Connection(api_url=gh.url, sleep=lambda s: None))
+        assert (res.kind, res.archive) == (kind, asset)
+        for sh in shells:
+            r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", soc,
+                        "--dest", str(tmp_path / f"{sh}-{soc}"))
+            assert r.returncode == 0, r.stderr
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+            assert (kv["kind"], kv["archive"]) == (kind, asset), kv
+            if kind != "binary":
+                assert (Path(kv["path"]) / "vad" / "graph.onnx").read_bytes() == b"float graph"
+        if java_classes is not None:
+            _, java = _java_tools()
+            r = subprocess.run([java, "-cp", str(java_classes), "qnnrelease.QnnModelResolver",
+                                str(folder / "manifest.json"), "vad", soc], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+            assert (kv["kind"], kv["asset"]) == (kind, asset), kv
+    # asked for another precision than the twin's, a chip without a binary is still "use the CPU model" (exit 3)
+    with pytest.raises(QnnReleaseError) as e:
+        fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", precision="w8a16", dest=tmp_path / "w",
+                    via=Connection(api_url=gh.url, sleep=lambda s: None))
+    assert e.value.exit_code == 3

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -134,7 +135,7 @@ def test_missing_runtime_library_is_named(built, tmp_path):
 def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
     assert _package(built).returncode == 0
     prev = json.loads((built["out"] / "release" / "manifest.json").read_text())
-    prev["assets"] = [a for a in prev["assets"] if a.get("model") != "beta"]
+    prev["assets"] = [a for a in prev["assets"] if a.get("model") != "beta" and a["kind"] != "twin"]
     prev["assets"].append({**prev["assets"][0], "soc": "SM8650", "name": "alpha-sm8650-fp16-old.tar.bz2"})
     prev["assets"][0] = {**prev["assets"][0], "sha256": "0" * 64}
     p = tmp_path / "v0.9.0.manifest.json"
@@ -175,6 +176,48 @@ def test_build_package_publish_fetch_round_trip(built, tmp_path):
     assert meta["chip"]["name"] == "SM8750" and meta["quantization"]["precision"] == "w8a16"
     ctx = tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / meta["graphs"][0]["context_onnx"]
     assert qnn_ep.read_compat(ctx).htp_arch == 79
+    # #41 item 1: a chip with an HTP but no binary gets the twin to compile on the device, a chip without one
+    # the twin as its CPU model
+    with FakeGitHub() as gh:
+        publish(built["out"], "acme/models", "v2.0.0",
+                via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
+        jit = fetch_model("acme/models@v2.0.0", "beta", soc="SM8650", dest=tmp_path / "jit",
+                          via=Connection(api_url=gh.url))
+        cpu = fetch_model("acme/models@v2.0.0", "beta", soc="MT6989", dest=tmp_path / "cpu",
+                          via=Connection(api_url=gh.url))
+    assert (jit.kind, cpu.kind) == ("jit", "cpu") and jit.archive == cpu.archive == "beta-float-onnx.tar.bz2"
+    assert jit.qnn_libs is None and (Path(jit.path) / "main" / "graph.onnx").is_file()
+
+
+def test_every_model_ships_its_twin_verified_through_on_device_compile_and_its_code_runs(built, tmp_path):
+    """#41 item 1: the prepared float graphs as a release asset with its sha256, run through the QNN EP compiling
+    it at session creation (timed, peak memory) and on CPU; the twin README's code runs as written."""
+    import re
+    import sys
+
+    out = tmp_path / "dist"
+    shutil.copytree(built["out"], out, symlinks=True)
+    assert _package(built, out=out).returncode == 0
+    release = out / "release"
+    manifest = json.loads((release / "manifest.json").read_text())
+    twins = {a["model"]: a for a in manifest["assets"] if a["kind"] == "twin"}
+    assert sorted(twins) == ["alpha", "beta"]
+    for a in twins.values():
+        assert a["sha256"] == sha256_file(release / a["name"]) and a["precision"] == "float"
+        (j,) = a["on_device_compile"]
+        assert j["verified"] and j["soc"] == "SM8750" and j["first_load_seconds"] > 0 and j["peak_memory_mb"] > 0
+    with tarfile.open(release / "alpha-float-onnx.tar.bz2") as tf:
+        tf.extractall(tmp_path / "x", filter="data")
+    folder = tmp_path / "x" / "alpha-float-onnx"
+    twin = json.loads((folder / "twin.json").read_text())
+    assert twin["graphs"][0]["on_device_compile"]["cosine"] > 0.999
+    readme = (folder / "README.md").read_text()
+    assert "this machine's x86-64 HTP emulator, not a device" in readme
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    r = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    errors = [float(x) for x in re.findall(r"max abs error vs CPU (\S+)", r.stdout)]
+    assert errors and max(errors) < 0.01, r.stdout
 
 
 def _consume_like_sherpa_onnx(release, version: str, work) -> None:

@@ -55,6 +55,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
                              via=via, runtime=args.qnn_runtime)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
+    elif result.kind != "binary":
+        how = ("ONNX Runtime's QNN EP compiles it for this chip's HTP when the session is created (the first load "
+               "costs that compile: twin.json says how long it took before release)" if result.kind == "jit" else
+               "run it on CPU: qnn-release's catalog knows no HTP for this chip")
+        print(f"kind={result.kind}: no binary of {result.model} for {result.soc} in this release; its twin, the "
+              f"prepared float graphs ({how}): {result.path}")
     else:
         print(f"{result.model} for {result.soc} ({result.precision}, QNN {result.sdk_version}): {result.path}")
         if result.qnn_libs_path:

@@ -32,7 +32,7 @@ from ..errors import (
     SourceError,
     UsageError,
 )
-from ..sources.download import discard, downloads_dir, fetch_verified
+from ..sources.download import discard, downloads_dir, fetch_verified, private_path
 from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, staging_dir
@@ -56,6 +56,10 @@ class FetchResult:
     qnn_libs: str | None
     qnn_libs_path: str | None
     files: list[str]
+    # binary: a context binary for the chip; jit: the twin (prepared float graphs), for a chip the catalog knows to
+    # have an HTP but the release has no binary for (the QNN EP compiles it at session creation); cpu: the twin, for
+    # a chip without a known HTP (run it on CPU)
+    kind: str = "binary"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -180,7 +184,7 @@ class _Downloader:
                                 stream=True)
 
         return fetch_verified(self.cache, sha256, open_from, what=f"{self.gh.repo}@{release or self.tag}: {name}",
-                              pinned_by="the manifest", sleep=self.sleep)
+                              pinned_by="the manifest", sleep=self.sleep, take=True)
 
     def get(self, asset: dict) -> Path:
         """The asset, whole and checked against the manifest's sha256, in the download cache: from the release
@@ -188,11 +192,9 @@ class _Downloader:
         release = asset.get("release")
         if not asset.get("pieces"):
             return self._file(asset["name"], asset["sha256"], release)
-        done = self.cache / asset["sha256"]
-        if done.is_file() and sha256_file(done) == asset["sha256"]:
-            return done
         pieces = [self._file(p["name"], p["sha256"], release) for p in asset["pieces"]]
-        joined = self.cache / f"{asset['sha256']}.joining"
+        done = private_path(self.cache, asset["sha256"])  # this run's own: no other fetch touches it
+        joined = done.with_name(done.name + ".joining")
         with open(joined, "wb") as out:
             for piece in pieces:
                 with open(piece, "rb") as f:
@@ -200,6 +202,8 @@ class _Downloader:
         got = sha256_file(joined)
         if got != asset["sha256"]:
             joined.unlink(missing_ok=True)
+            for piece in pieces:  # this run's own copies: kept by nobody
+                discard(piece)
             raise SourceError(f"{self.where}: {asset['name']}: its {len(pieces)} pieces join to sha256 {got[:16]}..., "
                               f"not the manifest's {asset['sha256'][:16]}...; nothing was kept",
                               hint="every piece matched its own sha256: the release was not made by qnn-release")
@@ -268,8 +272,7 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     try:
         chip = load_catalog().resolve(spelling)
     except UnknownSocError:
-        raise NoBuildForChip(f"no NPU build of {model} for {spelling.strip()}: use the CPU model",
-                             hint="this chip is not in qnn-release's catalog") from None
+        chip = None  # not in the catalog: no binary, but the release's twin runs on its CPU
     gh = via.client(repo, give_up=SourceError)
     rel = gh.release_by_tag(tag)
     if rel is None:
@@ -277,21 +280,19 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     dl = _Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep)
     manifest = dl.manifest()
     assets = _manifest_assets(manifest)
-    candidates = [a for a in assets if a.get("kind") == "model" and a.get("model") == model
+    candidates = [a for a in assets if chip is not None and a.get("kind") == "model" and a.get("model") == model
                   and (a.get("soc") == chip.name or chip.name.lower() in _aliases(a))]
     if precision:
         candidates = [a for a in candidates if a.get("precision") == precision]
-    if not candidates:
-        known = sorted({str(a.get("model")) for a in assets if a.get("kind") == "model"})
-        if model not in known:
-            raise UsageError(f"{release}: no model {model!r} in this release", hint=f"models: {', '.join(known)}")
-        raise NoBuildForChip(f"no NPU build of {model} for {chip.name}"
-                             + (f" ({precision})" if precision else "") + ": use the CPU model")
-    asset = min(candidates, key=lambda a: PRECISION_ORDER.index(a["precision"]))
-    if runtime is not None:
-        _check_runtime(release, model, chip.name, asset, runtime)
-    libs = next((a for a in assets if a.get("kind") == "qnn-libs"
-                 and a.get("sdk_version") == asset.get("sdk_version")), None)
+    kind, libs = "binary", None
+    if candidates:
+        asset = min(candidates, key=lambda a: PRECISION_ORDER.index(a["precision"]))
+        if runtime is not None:
+            _check_runtime(release, model, chip.name, asset, runtime)
+        libs = next((a for a in assets if a.get("kind") == "qnn-libs"
+                     and a.get("sdk_version") == asset.get("sdk_version")), None)
+    else:
+        asset, kind = _twin_or_refuse(release, model, chip, spelling, precision, assets)
     wanted = [asset] + ([libs] if libs else [])
     dest = Path(dest)
     # a failed download keeps what arrived in the cache: the same command resumes it
@@ -311,11 +312,27 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     finally:
         for path in downloaded:  # extracted or refused: a checked archive is not kept
             discard(path)
-    return FetchResult(model=model, soc=chip.name, precision=asset["precision"], sdk_version=asset["sdk_version"],
+    return FetchResult(model=model, soc=chip.name if chip is not None else spelling.strip(),
+                       precision=asset["precision"], sdk_version=asset.get("sdk_version") or "",
                        archive=asset["name"], path=str(dest / top_folder(asset)),
                        qnn_libs=libs["name"] if libs else None,
                        qnn_libs_path=str(dest / top_folder(libs)) if libs else None,
-                       files=sorted(str(f) for f in files))
+                       files=sorted(str(f) for f in files), kind=kind)
+
+
+def _twin_or_refuse(release: str, model: str, chip, spelling: str, precision: str | None,
+                    assets: list[dict]) -> tuple[dict, str]:
+    """No binary for the chip: the model's twin (``jit`` on a chip the catalog knows to have an HTP, ``cpu``
+    otherwise), or ``NoBuildForChip`` (exit 3) when the release has none or another precision was asked for."""
+    known = sorted({str(a.get("model")) for a in assets if a.get("kind") == "model"})
+    if model not in known:
+        raise UsageError(f"{release}: no model {model!r} in this release", hint=f"models: {', '.join(known)}")
+    twin = next((a for a in assets if a.get("kind") == "twin" and a.get("model") == model), None)
+    if twin is not None and precision in (None, "fp16"):
+        return twin, "jit" if chip is not None and chip.htp_arch else "cpu"
+    raise NoBuildForChip(f"no NPU build of {model} for {chip.name if chip is not None else spelling.strip()}"
+                         + (f" ({precision})" if precision else "") + ": use the CPU model",
+                         hint=None if chip is not None else "this chip is not in qnn-release's catalog")
 
 
 __all__ = ["FetchResult", "NoBuildForChip", "QnnReleaseError", "fetch_model", "soc_from_adb"]

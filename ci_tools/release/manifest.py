@@ -90,7 +90,32 @@ class LibsAsset(_A):
     htp_archs: list[str] = Field(description="the Hexagon archs whose skel libraries are included")
 
 
-Asset = Annotated[ModelAsset | LibsAsset, Field(discriminator="kind")]
+class OnDeviceCompile(BaseModel):
+    """A twin run through ONNX Runtime's QNN EP compiling it at session creation (no context cache), as an app on a
+    chip without a binary does, on this machine's HTP emulator."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    soc: str = Field(description="the chip it was compiled for (the model's most capable chip in the release)")
+    qnn_version: str
+    first_load_seconds: float = Field(description="session creation: the compile (emulator machine, not a device)")
+    peak_memory_mb: float = Field(description="the process's peak resident memory after the first load")
+    verified: bool = Field(description="its answer agreed with CPU on the sample, by the fp16 bars")
+
+
+class TwinAsset(_A):
+    """A model's prepared float graphs (``<model>-float-onnx.tar.bz2``): its CPU model, and what the QNN EP compiles
+    for any HTP at session creation. Clients return it for a chip the release has no binary for: ``jit`` where the
+    catalog knows the chip to have an HTP, ``cpu`` otherwise."""
+
+    kind: Literal["twin"]
+    model: str
+    precision: Literal["float"] = Field(description="float: the graphs fp16 binaries and CPU run")
+    graphs: list[str] = Field(min_length=1)
+    on_device_compile: list[OnDeviceCompile] = Field(default=[], description="per graph, as measured before release")
+
+
+Asset = Annotated[ModelAsset | LibsAsset | TwinAsset, Field(discriminator="kind")]
 
 
 class Manifest(BaseModel):

@@ -35,7 +35,7 @@ from ..util.validation import first_error
 from .archive import make_tar_bz2
 from .clients import write_fetch_sh
 from .layout import Limits, place, split_large, uploads
-from .manifest import LibsAsset, Manifest, ModelAsset, manifest_json
+from .manifest import LibsAsset, Manifest, ModelAsset, TwinAsset, manifest_json
 from .metadata import METADATA_VERSION, Metadata
 from .page import write_page
 from .qnn_libs import build_qnn_libs
@@ -162,6 +162,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             asset, meta = job.archive(key, records)
             assets.append(asset)
             metas[asset.name] = meta
+        assets += _twins(job, complete, metas)
         # GitHub's limits: pieces for a file over the size limit, linked releases past 1,000 assets
         limits = Limits(max_assets=loaded.matrix.release.max_assets,
                         max_asset_bytes=loaded.matrix.release.max_asset_bytes)
@@ -182,6 +183,31 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[TwinAsset]:
+    """Each model's twin (``release/twin.py``), measured through on-device compile for its most capable chip. A
+    recipe's model ships its own runtime of several graphs: it has none."""
+    from .twin import twin_archive
+
+    out = []
+    for name in sorted({k[0] for k in complete}):
+        model = job.loaded.matrix.model(name)
+        if recipe_for(model) is not None or any((name, g.name) not in job.prepared for g in model.graphs):
+            continue
+        socs = [job.loaded.catalog.get(k[1]) for k in complete if k[0] == name]
+        soc = max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
+        meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
+        archive, values = twin_archive(job.tmp, model, [job.prepared[(name, g.name)] for g in model.graphs], soc,
+                                       model.calibration.seed, _licence(job.loaded, model, meta),
+                                       model.options.constant_outputs)
+        out.append(_asset(TwinAsset, name=archive.name, kind="twin", model=name, precision="float",
+                          graphs=[g["name"] for g in values["graphs"]],
+                          on_device_compile=[{k: g["on_device_compile"][k] for k in (
+                              "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
+                              for g in values["graphs"]],
+                          size=archive.stat().st_size, sha256=sha256_file(archive)))
+    return out
 
 
 Group = tuple[str, str, str]  # (model, soc, precision): one archive
@@ -408,7 +434,7 @@ def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[ModelAsset | L
     version = 2 if parts or any(a.pieces for a in assets) else 1  # a version-1 client reads the others as before
     return _asset(Manifest, manifest_version=version, tag=tag, toolkit=f"qnn-release {__version__}", parts=parts,
                   warnings=warnings,
-                  sdk_versions=sorted({a.sdk_version for a in assets}),
+                  sdk_versions=sorted({a.sdk_version for a in assets if a.kind != "twin"}),
                   images=sorted({r.image for rs in complete.values() for r in rs if r.image}),
                   skipped=skipped, device_numbers=_device_note(device), assets=sorted(assets, key=lambda a: a.name))
 

@@ -12,6 +12,7 @@ attempt without progress, up to 30 s. A server's ``Retry-After`` takes precedenc
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import os
 import time
@@ -156,6 +157,12 @@ def _open_part(part: Path, mode: str):
         return open(part, mode)
 
 
+def _taken(done: Path, cache: Path, sha256: str) -> Path:
+    mine = private_path(cache, sha256)
+    os.replace(done, mine)
+    return mine
+
+
 def discard(path: Path) -> None:
     """Remove a used download, and the downloads folder with it once it is empty."""
     path.unlink(missing_ok=True)
@@ -165,9 +172,36 @@ def discard(path: Path) -> None:
         pass  # partial downloads of other runs wait there
 
 
+@contextlib.contextmanager
+def _locked(cache: Path, sha256: str):
+    """One run at a time downloads, resumes or takes a blob: runs that share a cache (an app's parallel fetches,
+    CI jobs) wait here instead of writing one ``.part`` together. The lock files sit beside the downloads folder,
+    which stays removable once it is empty."""
+    import fcntl
+
+    locks = cache.parent / f".{cache.name}-locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / sha256, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def private_path(cache: Path, sha256: str, suffix: str = "") -> Path:
+    """A name in ``cache`` only this run uses (its process and a random part)."""
+    import uuid
+
+    return cache / f"{sha256}.{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
+
+
 def fetch_verified(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "",
-                   sleep=time.sleep, give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> Path:
+                   sleep=time.sleep, give_up: type[QnnReleaseError] = SourceError, hint: str = "",
+                   take: bool = False) -> Path:
     """``<cache>/<sha256>``: downloaded (resuming a partial file), checked, whole; a corrupt file is never kept.
+    ``take``: the checked file is moved to a name of this run's own (``private_path``), so another run sharing the
+    cache can neither remove it nor be handed it half-used; the caller ``discard``s it.
 
     A mismatch after a complete download is retried once from zero (a corrupted transfer); a
     second one means the content is not what was pinned.
@@ -175,18 +209,19 @@ def fetch_verified(cache: Path, sha256: str, open_from: Opener, *, what: str, pi
     from .store import sha256_file
 
     done = cache / sha256
-    if done.is_file() and sha256_file(done) == sha256:
-        return done
-    part = cache / f"{sha256}.part"
-    got = ""
-    for _ in range(2):
-        resume(part, open_from, what=what, sleep=sleep, give_up=give_up, hint=hint)
-        got = sha256_file(part)
-        if got == sha256:
-            os.replace(part, done)
-            return done
-        part.unlink(missing_ok=True)
-    discard(part)
+    with _locked(cache, sha256):
+        if done.is_file() and sha256_file(done) == sha256:
+            return _taken(done, cache, sha256) if take else done
+        part = cache / f"{sha256}.part"
+        got = ""
+        for _ in range(2):
+            resume(part, open_from, what=what, sleep=sleep, give_up=give_up, hint=hint)
+            got = sha256_file(part)
+            if got == sha256:
+                os.replace(part, done)
+                return _taken(done, cache, sha256) if take else done
+            part.unlink(missing_ok=True)
+        discard(part)
     by = f" ({pinned_by})" if pinned_by else ""
     raise SourceError(f"{what}: sha256 {got} does not match {sha256}{by}; nothing was kept",
                       hint="a corrupt transfer twice in a row, or the file changed: check the pin")

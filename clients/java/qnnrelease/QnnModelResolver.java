@@ -418,6 +418,12 @@ public final class QnnModelResolver {
         public final String qnnRuntime;
         /** True when the archive was refused because the app's QNN runtime is older than {@link #qnnRuntime}. */
         public final boolean runtimeTooOld;
+        /**
+         * "binary": a context binary for the chip; "jit": the release has no binary for this chip but its twin (the
+         * prepared float graphs), which ONNX Runtime's QNN EP compiles for the device's HTP at session creation;
+         * "cpu": the twin, for a chip qnn-release's catalog knows no HTP for (run it on CPU); null when none.
+         */
+        public final String kind;
         /** Null when an archive was found; else "none: ... use the CPU model" or "runtime: ..." (runtimeTooOld). */
         public final String reason;
 
@@ -439,6 +445,7 @@ public final class QnnModelResolver {
             this.qnnLibsPieces = libs == null ? Collections.<Piece>emptyList() : pieces(libs, libsBase);
             this.qnnRuntime = runtimeNeeded(a);
             this.runtimeTooOld = false;
+            this.kind = "twin".equals(str(a, "kind")) ? (soc == null ? "cpu" : "jit") : "binary";
             this.reason = null;
         }
 
@@ -454,6 +461,7 @@ public final class QnnModelResolver {
             this.soc = soc;
             this.qnnRuntime = qnnRuntime;
             this.runtimeTooOld = runtimeTooOld;
+            this.kind = null;
             this.reason = reason;
         }
 
@@ -575,9 +583,6 @@ public final class QnnModelResolver {
         }
         String chip = chip(socModel);
         String spelled = socModel == null ? "" : socModel.trim();
-        if (chip == null) {
-            return new Choice(null, "none: no NPU build of " + model + " for " + spelled + ": use the CPU model");
-        }
         List<Map<String, Object>> assets = new ArrayList<Map<String, Object>>();
         Object list = manifest.get("assets");
         if (!(list instanceof List)) {
@@ -596,7 +601,7 @@ public final class QnnModelResolver {
                 continue;
             }
             models.add(String.valueOf(a.get("model")));
-            if (!model.equals(a.get("model")) || !forChip(a, chip)) {
+            if (chip == null || !model.equals(a.get("model")) || !forChip(a, chip)) {
                 continue;
             }
             String p = str(a, "precision");
@@ -615,7 +620,14 @@ public final class QnnModelResolver {
                 throw new IllegalArgumentException("no model '" + model + "' in this release; models: "
                         + join(models));
             }
-            return new Choice(chip, "none: no NPU build of " + model + " for " + chip
+            if (precision == null || "fp16".equals(precision)) {  // no binary: the model's twin, if it has one
+                for (Map<String, Object> a : assets) {
+                    if ("twin".equals(a.get("kind")) && model.equals(a.get("model"))) {
+                        return new Choice(a, null, downloadBase, chip);
+                    }
+                }
+            }
+            return new Choice(chip, "none: no NPU build of " + model + " for " + (chip == null ? spelled : chip)
                     + (precision != null ? " (" + precision + ")" : "") + ": use the CPU model");
         }
         Map<String, Object> libs = null;
@@ -916,12 +928,13 @@ public final class QnnModelResolver {
             System.out.println(c.reason);
             System.exit(c.runtimeTooOld ? EXIT_RUNTIME_TOO_OLD : EXIT_NO_BUILD);
         }
+        System.out.println("kind=" + c.kind);
         System.out.println("asset=" + c.asset);
         System.out.println("url=" + (c.url == null ? "" : c.url));
         System.out.println("sha256=" + c.sha256);
         System.out.println("size=" + c.size);
         System.out.println("precision=" + c.precision);
-        System.out.println("soc=" + c.soc);
+        System.out.println("soc=" + (c.soc == null ? args[2].trim() : c.soc));
         System.out.println("sdk_version=" + c.sdkVersion);
         System.out.println("qnn_runtime=" + (c.qnnRuntime == null ? "" : c.qnnRuntime));
         System.out.println("qnn_libs=" + (c.qnnLibs == null ? "" : c.qnnLibs));

@@ -1,0 +1,45 @@
+"""``python -m ci_tools.release.twin_check GRAPH SOC_MODEL HTP_ARCH FEEDS.npz COUNT OUT.npz``: a twin run as an app
+runs it, in this process alone (``release/twin.py``). Prints one JSON line: the first load's seconds (the QNN EP
+compiling the graph at session creation, no context cache) and the process's peak memory before and after it;
+writes the outputs on CPU and through the EP for each feed to OUT.npz."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+import numpy as np
+
+
+def _peak_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+
+
+def main() -> int:
+    graph, soc_model, htp_arch, feeds_path, count, out = sys.argv[1:7]
+    from ..compile import qnn_ep
+    from ..prepare.graph import cpu_session
+
+    with np.load(feeds_path, allow_pickle=False) as z:
+        feeds = [{k.split("/", 1)[1]: z[k] for k in z.files if k.split("/", 1)[0] == str(i)} for i in range(int(count))]
+    cpu = [cpu_session(graph).run(None, f) for f in feeds]
+    ort, _ = qnn_ep._ort()
+    options = qnn_ep.htp_options(soc_model, int(htp_arch), fp16=True)
+    before = _peak_mb()
+    start = time.monotonic()
+    with qnn_ep.quiet_native():
+        sess = ort.InferenceSession(graph, sess_options=qnn_ep.session_options(allow_cpu_fallback=False,
+                                                                               options=options))
+        first_load = time.monotonic() - start
+        htp = [sess.run(None, f) for f in feeds]
+    np.savez(out, **{f"{side}/{i}/{k}": o for side, runs in (("cpu", cpu), ("htp", htp))
+                     for i, outs in enumerate(runs) for k, o in enumerate(outs)})
+    print(json.dumps({"first_load_seconds": round(first_load, 3), "peak_memory_mb": _peak_mb(),
+                      "memory_before_mb": before}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
