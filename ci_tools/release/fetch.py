@@ -32,7 +32,7 @@ from ..errors import (
     SourceError,
     UsageError,
 )
-from ..sources.download import discard, downloads_dir, fetch_verified, private_path
+from ..sources.download import discard, downloads_dir, fetch_taken, private_path
 from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, staging_dir
@@ -183,8 +183,8 @@ class _Downloader:
             return self.gh.call("GET", url, f"download {name}", expect=(200, 206, 416), headers=headers,
                                 stream=True)
 
-        return fetch_verified(self.cache, sha256, open_from, what=f"{self.gh.repo}@{release or self.tag}: {name}",
-                              pinned_by="the manifest", sleep=self.sleep, take=True)
+        return fetch_taken(self.cache, sha256, open_from, what=f"{self.gh.repo}@{release or self.tag}: {name}",
+                           pinned_by="the manifest", sleep=self.sleep)
 
     def get(self, asset: dict) -> Path:
         """The asset, whole and checked against the manifest's sha256, in the download cache: from the release

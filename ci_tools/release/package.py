@@ -13,8 +13,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from .. import __version__
 from ..compile import qnn_ep
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
@@ -23,13 +21,12 @@ from ..device.numbers import FILE as DEVICE_FILE
 from ..device.numbers import DeviceNumbers, on_device
 from ..errors import PackageError, VerifyError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
-from ..prepare.graph import Prepared, generate_inputs, run_cpu
+from ..prepare.graph import Prepared
 from ..prepare.quantize import BITS
 from ..recipes import ArchiveExtras, ArchivePart, recipe_for
 from ..sources.store import sha256_file
 from ..util import cmd
 from ..util.files import replace_dir, write_atomic, write_json
-from ..util.metrics import nonfinite
 from ..util.qnn_version import core as version_core
 from ..util.validation import first_error
 from .archive import make_tar_bz2
@@ -41,6 +38,7 @@ from .page import write_page
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
 from .runtime import loads_on, runtime_advice, runtime_needed
+from .sample import sample_members as _sample_members
 from .templating import render
 
 RELEASE_DIR = "release"
@@ -95,51 +93,6 @@ def _source_info(model: Model, prepared: list[Prepared]) -> dict:
     return {"name": model.name, "description": model.description, "license": model.license,
             "source_kind": src.kind, "repo": repo, "revision": rev,
             "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
-
-
-SAMPLE_TRIES = 4
-
-
-def _no_expectation(prep: Prepared, expected: list, constant_ok: list[str]) -> str | None:
-    """Why CPU's outputs are no expectation to compare a binary with: NaN/Inf, or a float output that is one
-    constant everywhere (an integer output, labels, may be)."""
-    for t, arr in zip(prep.outputs, expected):
-        a = np.asarray(arr)
-        bad = nonfinite(a) if a.dtype.kind == "f" else 0
-        if bad:
-            return f"'{t.name}' would be {bad} NaN/Inf value(s)"
-        if a.dtype.kind == "f" and a.size > 1 and t.name not in constant_ok and float(a.min()) == float(a.max()):
-            return f"'{t.name}' would be the constant {float(a.flat[0]):g} everywhere"
-    return None
-
-
-def _sample_members(top: str, prep: Prepared, seed: int, constant_ok: list[str]) -> list[tuple[str, bytes]]:
-    """The archive's ``sample/``: inputs and the outputs CPU gives for them, which an app's smoke test on a phone
-    compares with. Checked as a verification is before it is written: an expected output that is NaN, or one
-    constant everywhere (an all-zero binary would match it), is no expectation."""
-    import io
-
-    fault = None
-    for attempt in range(SAMPLE_TRIES):  # the first generated input whose expected outputs say something
-        feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7 + attempt, ranges=prep.input_ranges)
-        (expected,) = run_cpu(prep.path, feeds)
-        fault = _no_expectation(prep, expected, constant_ok)
-        if fault is None:
-            break
-    if fault is not None:
-        raise PackageError(f"{prep.model}/{prep.graph}: the archive's expected output {fault} (CPU on {SAMPLE_TRIES} "
-                           "generated sample inputs): an app's smoke test would pass any binary on it",
-                           hint="the model needs inputs in its range (`inputs.<name>.range` in the matrix), or "
-                           "declare the output in options.constant_outputs if it is constant by design")
-    members = []
-    for kind, names, arrays in (("inputs", [t.name for t in prep.inputs], [feeds[0][t.name] for t in prep.inputs]),
-                                ("outputs", [t.name for t in prep.outputs], expected)):
-        for name, arr in zip(names, arrays):
-            buf = io.BytesIO()
-            np.save(buf, np.asarray(arr), allow_pickle=False)
-            safe = name.replace("/", "_")
-            members.append((f"{top}/sample/{prep.graph}/{kind}/{safe}.npy", buf.getvalue()))
-    return members
 
 
 def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 
 from ..errors import PackageError
 from ..sources.store import default_cache
+from ..util import cmd
 from ..util.files import write_json
 from ..util.text import clip
 
@@ -46,9 +46,9 @@ def measure(graph: Path, soc, feeds: list[dict[str, np.ndarray]], names: list[st
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
         np.savez(Path(tmp) / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
-        r = subprocess.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(soc.soc_model),
-                            str(soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(len(feeds)),
-                            str(Path(tmp) / "outputs.npz")], capture_output=True, text=True, timeout=3600)
+        r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(soc.soc_model),
+                     str(soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(len(feeds)), str(Path(tmp) / "outputs.npz")],
+                    capture_output=True, text=True, timeout=3600)
         lines = r.stdout.strip().splitlines()
         outputs = None
         if r.returncode == 0 and lines:
@@ -83,7 +83,7 @@ def twin_archive(tmp: Path, model, preps: list, soc, seed: int, licence: bytes, 
     README with the load code, the licence. Returns (the archive, twin.json's values)."""
     from ..prepare.graph import generate_inputs
     from .archive import make_tar_bz2
-    from .package import _sample_members
+    from .sample import sample_members
     from .templating import render
 
     stem = twin_stem(model.name)
@@ -93,7 +93,7 @@ def twin_archive(tmp: Path, model, preps: list, soc, seed: int, licence: bytes, 
         members.append((f"{stem}/{prep.graph}/graph.onnx", prep.path))
         if (prep.path.parent / "graph.onnx.data").is_file():
             members.append((f"{stem}/{prep.graph}/graph.onnx.data", prep.path.parent / "graph.onnx.data"))
-        members += _sample_members(stem, prep, seed, constant_ok)
+        members += sample_members(stem, prep, seed, constant_ok)
         feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges)  # the sample's
         graphs.append({"name": prep.graph, "file": f"{prep.graph}/graph.onnx", "sha256": prep.sha256,
                        "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],

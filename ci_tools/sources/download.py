@@ -196,32 +196,41 @@ def private_path(cache: Path, sha256: str, suffix: str = "") -> Path:
     return cache / f"{sha256}.{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}"
 
 
-def fetch_verified(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "",
-                   sleep=time.sleep, give_up: type[QnnReleaseError] = SourceError, hint: str = "",
-                   take: bool = False) -> Path:
+def fetch_verified(cache: Path, sha256: str, open_from: Opener, **how) -> Path:
     """``<cache>/<sha256>``: downloaded (resuming a partial file), checked, whole; a corrupt file is never kept.
-    ``take``: the checked file is moved to a name of this run's own (``private_path``), so another run sharing the
-    cache can neither remove it nor be handed it half-used; the caller ``discard``s it.
+    ``how``: ``what`` (for messages), ``pinned_by``, ``sleep``, ``give_up``, ``hint``. One run at a time per blob.
 
     A mismatch after a complete download is retried once from zero (a corrupted transfer); a
     second one means the content is not what was pinned.
     """
+    with _locked(cache, sha256):
+        return _fetch(cache, sha256, open_from, **how)
+
+
+def fetch_taken(cache: Path, sha256: str, open_from: Opener, **how) -> Path:
+    """As ``fetch_verified``, with the checked file moved to a name of this run's own (``private_path``): another
+    run sharing the cache can neither remove it nor be handed it half-used. The caller ``discard``s it."""
+    with _locked(cache, sha256):
+        return _taken(_fetch(cache, sha256, open_from, **how), cache, sha256)
+
+
+def _fetch(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "", sleep=time.sleep,
+           give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> Path:
     from .store import sha256_file
 
     done = cache / sha256
-    with _locked(cache, sha256):
-        if done.is_file() and sha256_file(done) == sha256:
-            return _taken(done, cache, sha256) if take else done
-        part = cache / f"{sha256}.part"
-        got = ""
-        for _ in range(2):
-            resume(part, open_from, what=what, sleep=sleep, give_up=give_up, hint=hint)
-            got = sha256_file(part)
-            if got == sha256:
-                os.replace(part, done)
-                return _taken(done, cache, sha256) if take else done
-            part.unlink(missing_ok=True)
-        discard(part)
+    if done.is_file() and sha256_file(done) == sha256:
+        return done
+    part = cache / f"{sha256}.part"
+    got = ""
+    for _ in range(2):
+        resume(part, open_from, what=what, sleep=sleep, give_up=give_up, hint=hint)
+        got = sha256_file(part)
+        if got == sha256:
+            os.replace(part, done)
+            return done
+        part.unlink(missing_ok=True)
+    discard(part)
     by = f" ({pinned_by})" if pinned_by else ""
     raise SourceError(f"{what}: sha256 {got} does not match {sha256}{by}; nothing was kept",
                       hint="a corrupt transfer twice in a row, or the file changed: check the pin")
