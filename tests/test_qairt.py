@@ -283,7 +283,7 @@ def test_package_of_a_qairt_build_names_assets_by_the_pinned_version_and_checks_
     manifest = json.loads((out / "release" / "manifest.json").read_text())
     names = {a["name"] for a in manifest["assets"]}
     assert names == {"m-sm8750-fp16-qnn2.40.0.251030.tar.bz2", "qnn-libs-2.40.0.251030.tar.bz2",
-                     "qnn-include-2.40.0.251030.tar.bz2"}
+                     "qnn-include-2.40.0.251030.tar.bz2", "m-float-onnx.tar.bz2"}  # and the model's twin (#41)
     import tarfile
 
     with tarfile.open(out / "release" / "m-sm8750-fp16-qnn2.40.0.251030.tar.bz2") as tar:

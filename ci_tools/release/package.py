@@ -158,7 +158,7 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
                           graphs=[g["name"] for g in values["graphs"]],
                           on_device_compile=[{k: g["on_device_compile"][k] for k in (
                               "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
-                              for g in values["graphs"]],
+                              for g in values["graphs"] if "not_measured" not in g["on_device_compile"]],
                           size=archive.stat().st_size, sha256=sha256_file(archive)))
     return out
 

@@ -37,8 +37,14 @@ def measure(graph: Path, soc, feeds: list[dict[str, np.ndarray]], names: list[st
     QNN EP's compile at session creation for ``soc`` on the emulator, the answer it gives, judged as an fp16
     binary is. Cached by the graph's bytes, the chip and the EP's version."""
     from ..compile import qnn_ep
+    from ..errors import BackendUnavailable
     from ..sources.store import sha256_file
 
+    try:
+        qnn_ep.qnn_version()
+    except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
+        return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was packaged",
+                "soc": soc.name}
     key = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), soc.soc_model, soc.htp_arch,
                                      qnn_ep.qnn_version(), names], sort_keys=True).encode()).hexdigest()
     cached = default_cache() / "twins" / f"{key}.json"
