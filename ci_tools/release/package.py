@@ -13,6 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .. import __version__
 from ..compile import qnn_ep
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
@@ -138,10 +140,29 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+TWIN_STREAM_STEPS = 32  # a stateful twin is judged on each stream's first steps (the emulator's time)
+
+
 def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[TwinAsset]:
     """Each model's twin (``release/twin.py``), measured through on-device compile for its most capable chip. A
     recipe's model ships its own runtime of several graphs: it has none."""
-    from .twin import twin_archive
+    from ..builder.inputs import samples_of
+    from ..sources.store import SourceStore, default_cache
+    from .twin import TwinInputs, twin_archive
+
+    store = SourceStore(default_cache(), job.loaded.root)
+
+    def real(model: Model, prep: Prepared) -> TwinInputs | None:  # its real samples (8; a stream's first steps)
+        ss = samples_of(store, job.loaded, model, prep.graph, prep.inputs, prep.outputs)
+        if ss is None:
+            return None
+        zeros = {t.name: np.zeros(t.shape, t.dtype) for t in prep.inputs}  # a carried input left out: zeros first
+        streams = [(n, [{**zeros, **f} for f in steps[:TWIN_STREAM_STEPS]]) for n, steps in ss.streams[:8] if steps]
+        return TwinInputs(feeds=[f for _, steps in streams for f in steps], names=[n for n, _ in streams],
+                          note=ss.note + (f" (the first {TWIN_STREAM_STEPS} steps of each stream)"
+                                          if ss.stream else ""),
+                          argmax=ss.argmax if ss.stream is None else None, stream=ss.stream,
+                          steps=[len(s) for _, s in streams] if ss.stream is not None else None)
 
     out = []
     for name in sorted({k[0] for k in complete}):
@@ -152,8 +173,7 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         soc = max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
         meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
         archive, values = twin_archive(job.tmp, model, [job.prepared[(name, g.name)] for g in model.graphs], soc,
-                                       model.calibration.seed, _licence(job.loaded, model, meta),
-                                       model.options.constant_outputs)
+                                       _licence(job.loaded, model, meta), lambda p, m=model: real(m, p))
         out.append(_asset(TwinAsset, name=archive.name, kind="twin", model=name, precision="float",
                           graphs=[g["name"] for g in values["graphs"]],
                           on_device_compile=[{k: g["on_device_compile"][k] for k in (

@@ -15,6 +15,9 @@ import hashlib
 import json
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +35,25 @@ def twin_stem(model: str) -> str:
     return f"{model}-float-onnx"
 
 
-def measure(graph: Path, soc, feeds: list[dict[str, np.ndarray]], names: list[str]) -> dict:
+@dataclass(frozen=True)
+class TwinInputs:
+    """What a twin graph is run on before release: the model's real samples (the first step of each stream) where
+    it has them, else the archive's generated sample input; judged as the model's fp16 binaries are."""
+
+    feeds: list[dict[str, np.ndarray]]  # a stateful graph's: every step of every stream, in order
+    names: list[str]  # the samples' (streams') names
+    note: str  # what they are, in words
+    argmax: dict[str, float] | None = None
+    steps: list[int] | None = None  # a stateful graph: the steps of each stream (each side carries its own state)
+    stream: object | None = None  # its samples.stream (carry, decisions, ranges): how the stream is judged
+
+
+def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model) -> dict:
     """The twin run as an app runs it, in a fresh process (its peak memory is the first load's): CPU's answer, the
-    QNN EP's compile at session creation for ``soc`` on the emulator, the answer it gives, judged as an fp16
-    binary is. Cached by the graph's bytes, the chip and the EP's version."""
+    QNN EP's compile at session creation for ``soc`` on the emulator, the answer it gives, judged as the model's
+    fp16 binaries are (its thresholds, argmax, gates). Cached by the graph's bytes, the chip, the EP's version,
+    the inputs and the judging."""
+    feeds, names = inputs.feeds, outputs
     from ..compile import qnn_ep
     from ..errors import BackendUnavailable
     from ..sources.store import sha256_file
@@ -45,16 +63,23 @@ def measure(graph: Path, soc, feeds: list[dict[str, np.ndarray]], names: list[st
     except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
         return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was packaged",
                 "soc": soc.name}
-    key = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), soc.soc_model, soc.htp_arch,
-                                     qnn_ep.qnn_version(), names], sort_keys=True).encode()).hexdigest()
+    h = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), soc.soc_model, soc.htp_arch,
+                                   qnn_ep.qnn_version(), names, inputs.names, inputs.argmax,
+                                   model.options.model_dump(mode="json")], sort_keys=True).encode())
+    for f in feeds:
+        for k in sorted(f):
+            h.update(k.encode() + np.ascontiguousarray(f[k]).tobytes())
+    key = h.hexdigest()
     cached = default_cache() / "twins" / f"{key}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
         np.savez(Path(tmp) / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
+        write_json(Path(tmp) / "spec.json", {"count": len(feeds), "streams": inputs.steps,
+                                             "carry": inputs.stream.carry if inputs.stream is not None else {}})
         r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(soc.soc_model),
-                     str(soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(len(feeds)), str(Path(tmp) / "outputs.npz")],
-                    capture_output=True, text=True, timeout=3600)
+                     str(soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(Path(tmp) / "spec.json"),
+                     str(Path(tmp) / "outputs.npz")], capture_output=True, text=True, timeout=3600)
         lines = r.stdout.strip().splitlines()
         outputs = None
         if r.returncode == 0 and lines:
@@ -65,28 +90,42 @@ def measure(graph: Path, soc, feeds: list[dict[str, np.ndarray]], names: list[st
                            f"{clip(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output', 300)}",
                            hint="run `qnn-release build` again; the prepared graph must compile for its chip")
     run = json.loads(lines[-1])
-    from ..compile.verify import DEFAULT_THRESHOLDS, check
-    from ..errors import VerifyError
-
     ref, got = ([[outputs[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
                 for side in ("cpu", "htp"))
-    try:
-        v = check(graph.parent.name, names, ref, got, DEFAULT_THRESHOLDS["fp16"], None)
-        verdict = {"verified": True, "cosine": round(v.parity.cosine, 6), "snr_db": round(v.parity.snr_db, 2),
-                   "max_abs": float(f"{v.parity.max_abs:.4g}")}
-    except VerifyError as e:
-        verdict = {"verified": False, "failure": e.message}
+    verdict = _judge(graph.parent.name, names, ref, got, inputs, model)
     out = {**run, **verdict, "soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch,
-           "qnn_version": qnn_ep.qnn_version(), "samples": len(feeds),
+           "qnn_version": qnn_ep.qnn_version(), "samples": len(feeds), "inputs": inputs.note,
            "measured_on": "this machine's x86-64 HTP emulator, not a device"}
     write_json(cached, out)
     return out
 
 
-def twin_archive(tmp: Path, model, preps: list, soc, seed: int, licence: bytes, constant_ok: list[str]):
+def _judge(what: str, names: list[str], ref: list, got: list, inputs: TwinInputs, model) -> dict:
+    """The twin's answer against CPU's, as the model's fp16 binaries are judged (a stream over its steps)."""
+    from ..compile.verify import Judging, check, check_streams, thresholds_for
+    from ..errors import VerifyError
+
+    try:
+        th = thresholds_for(model.options, "fp16")
+        if inputs.steps:  # judged as the binaries' streams are: over the steps, with their ranges and decisions
+            how = Judging.of(model.options, precision="fp16", inputs_note=inputs.note, stream=inputs.stream)
+            spans = list(pairwise(np.cumsum([0, *inputs.steps])))
+            v = check_streams(what, names, inputs.names, [ref[a:b] for a, b in spans], [got[a:b] for a, b in spans],
+                              th, None, how)
+        else:
+            how = Judging.of(model.options, precision="fp16", inputs_note=inputs.note, argmax=inputs.argmax)
+            v = check(what, names, ref, got, th, None, inputs.names, how)
+    except VerifyError as e:
+        return {"verified": False, "failure": e.message}
+    return {"verified": True, "cosine": round(v.parity.cosine, 6), "snr_db": round(v.parity.snr_db, 2),
+            "max_abs": float(f"{v.parity.max_abs:.4g}"), "passed_by": v.passed_by, "rules": list(v.rules)}
+
+
+def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Callable):
     """``<model>-float-onnx.tar.bz2`` in ``tmp``: each prepared graph (``<graph>/graph.onnx``, its weights beside it
     when over 2 GB), the sample every archive of the model carries, ``twin.json`` (what it is and how it ran), a
-    README with the load code, the licence. Returns (the archive, twin.json's values)."""
+    README with the load code, the licence. ``real(prep)``: the graph's real samples as ``TwinInputs``, or None.
+    Returns (the archive, twin.json's values)."""
     from ..prepare.graph import generate_inputs
     from .archive import make_tar_bz2
     from .sample import sample_members
@@ -99,11 +138,14 @@ def twin_archive(tmp: Path, model, preps: list, soc, seed: int, licence: bytes, 
         members.append((f"{stem}/{prep.graph}/graph.onnx", prep.path))
         if (prep.path.parent / "graph.onnx.data").is_file():
             members.append((f"{stem}/{prep.graph}/graph.onnx.data", prep.path.parent / "graph.onnx.data"))
-        members += sample_members(stem, prep, seed, constant_ok)
-        feeds = generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges)  # the sample's
+        seed = model.calibration.seed
+        members += sample_members(stem, prep, seed, model.options.constant_outputs)
+        inputs = real(prep) or TwinInputs(  # the archive's sample input
+            feeds=generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges),
+            names=["the archive's sample (generated)"], note="generated: the archive's sample input")
         graphs.append({"name": prep.graph, "file": f"{prep.graph}/graph.onnx", "sha256": prep.sha256,
                        "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
-                       "on_device_compile": measure(prep.path, soc, feeds, [o.name for o in prep.outputs])})
+                       "on_device_compile": measure(prep.path, soc, inputs, [o.name for o in prep.outputs], model)})
     values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": "float",
               "what": "the prepared float graphs: the CPU model, and what ONNX Runtime's QNN EP compiles for the "
                       "device's HTP at session creation (on-device compile)", "graphs": graphs}
