@@ -560,3 +560,62 @@ def test_every_client_returns_the_twin_for_a_chip_without_a_binary(gh, tmp_path,
         fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", precision="w8a16", dest=tmp_path / "w",
                     via=Connection(api_url=gh.url, sleep=lambda s: None))
     assert e.value.exit_code == 3
+
+
+# -- hostile manifests against the Python client (#42 item 1, in part) ------------------------------
+
+def _serve(gh, name: str, data: bytes) -> None:
+    """The published release's asset ``name`` replaced by ``data``: a manifest made by someone else."""
+    (rel,) = gh.releases(OWNER_REPO, TAG)
+    with gh.state.lock:
+        (asset,) = [a for a in gh.state.assets.values() if a["release"] == rel["id"] and a["name"] == name]
+        asset["data"] = data
+
+
+def _hostile(folder: Path, change) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("case", "change"), [
+    ("a part outside the release's tags", lambda m: m.update(parts=["../../../../other/repo/releases/tags/v1"])),
+    ("a part that is not the layout's", lambda m: m.update(parts=[f"{TAG}-part3"])),
+    ("a piece listed twice", lambda m: m["assets"][0].update(pieces=[
+        {"name": m["assets"][0]["name"] + ".001", "size": 1, "sha256": "a" * 64}] * 2, size=2)),
+    ("pieces that do not add up", lambda m: m["assets"][0].update(pieces=[
+        {"name": m["assets"][0]["name"] + ".001", "size": 1, "sha256": "a" * 64}], size=10 ** 18)),
+    ("a size of 10^18", lambda m: m["assets"][0].update(size=10 ** 18)),
+])
+def test_fetch_refuses_a_manifest_that_is_not_what_the_layout_makes_before_any_download(gh, tmp_path, monkeypatch,
+                                                                                      case, change):
+    """Names from a manifest build API paths and URLs, and its sizes bound what is written: anything package does
+    not make is refused (exit 9) before an asset is requested, and no request leaves the release's repository."""
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")], libs=False)
+    _publish(gh, folder)
+    gh.state.log.clear()
+    _hostile(folder, change)  # what the release serves from now on (whoever can upload to it)
+    _serve(gh, "manifest.json", (folder / "manifest.json").read_bytes())
+    with pytest.raises(QnnReleaseError) as e:
+        fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d",
+                    via=Connection(api_url=gh.url, token=gh.state.token, sleep=lambda s: None))
+    assert e.value.exit_code == 9, (case, e.value.message)
+    requested = [p for _, p, _ in gh.state.log]
+    assert not any(("/repos/" in p and not p.startswith(f"/repos/{OWNER_REPO}/")) or "other" in p
+                   for p in requested), requested  # nothing outside the release's repository
+    # refused before any archive was asked for: the one asset downloaded is the manifest
+    assert len([p for p in requested if "/releases/assets/" in p]) == 1 and not any(".tar.bz2" in p
+                                                                                    for p in requested), requested
+    assert not (tmp_path / "d").exists()
+
+
+def test_fetch_refuses_a_manifest_nested_past_the_recursion_limit(gh, tmp_path, monkeypatch):
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")], libs=False)
+    _publish(gh, folder)
+    _serve(gh, "manifest.json", b"[" * 200_000 + b"]" * 200_000)
+    with pytest.raises(QnnReleaseError) as e:
+        fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d",
+                    via=Connection(api_url=gh.url, sleep=lambda s: None))
+    assert e.value.exit_code == 9 and "nested too deep" in e.value.message
