@@ -240,7 +240,7 @@ def _write(job: _Job, done: _Rewritten, notes: list[str]) -> Prepared:
             onnx.save_model(m, str(out))
         ranges = {n: list(spec.range) for n, spec in graph.inputs.items() if spec.range is not None}
         real = samples(inputs, outputs) if callable(samples) else samples
-        real = {k: _complete(f, inputs) for k, f in list(real.items())[:CHECK_SAMPLES]} if real else None
+        real = {k: complete_feed(f, inputs) for k, f in list(real.items())[:CHECK_SAMPLES]} if real else None
         on = CheckedOn(feeds=list(real.values()), names=list(real), note=f"{len(real)} real sample(s)", real=True) \
             if real else CheckedOn(feeds=generate_inputs(inputs, count=2, seed=seed, ranges=ranges), names=None,
                                    note=generated_inputs_note(ranges), real=False)
@@ -777,7 +777,7 @@ def run_cpu(path: Path, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndar
     return [sess.run(None, f) for f in feeds]
 
 
-def _complete(feed: dict[str, np.ndarray], inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
+def complete_feed(feed: dict[str, np.ndarray], inputs: list[TensorInfo]) -> dict[str, np.ndarray]:
     """A sample's feed with every input the graph takes: a stream's first step leaves its carried state out
     (zeros, as the stream starts)."""
     return {**{t.name: np.zeros(t.shape, dtype=t.dtype) for t in inputs if t.name not in feed}, **feed}

@@ -13,8 +13,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from .. import __version__
 from ..compile import qnn_ep
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
@@ -147,6 +145,7 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
     """Each model's twin (``release/twin.py``), measured through on-device compile for its most capable chip. A
     recipe's model ships its own runtime of several graphs: it has none."""
     from ..builder.inputs import samples_of
+    from ..prepare.graph import complete_feed
     from ..sources.store import SourceStore, default_cache
     from .twin import TwinInputs, twin_archive
 
@@ -156,8 +155,8 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         ss = samples_of(store, job.loaded, model, prep.graph, prep.inputs, prep.outputs)
         if ss is None:
             return None
-        zeros = {t.name: np.zeros(t.shape, t.dtype) for t in prep.inputs}  # a carried input left out: zeros first
-        streams = [(n, [{**zeros, **f} for f in steps[:TWIN_STREAM_STEPS]]) for n, steps in ss.streams[:8] if steps]
+        streams = [(n, [complete_feed(f, prep.inputs) for f in steps[:TWIN_STREAM_STEPS]])  # a carried input left
+                   for n, steps in ss.streams[:8] if steps]  # out: zeros first
         return TwinInputs(feeds=[f for _, steps in streams for f in steps], names=[n for n, _ in streams],
                           note=ss.note + (f" (the first {TWIN_STREAM_STEPS} steps of each stream)"
                                           if ss.stream else ""),
