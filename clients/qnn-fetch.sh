@@ -45,6 +45,7 @@ EOF
 }
 
 qf_cleanup() {
+    qf_unlock
     if [ -n "$QF_WORK" ] && [ -d "$QF_WORK" ]; then
         rm -rf "$QF_WORK"
     fi
@@ -63,6 +64,31 @@ qf_die() {
 }
 
 trap 'qf_cleanup; exit 130' INT TERM HUP
+
+# fetches sharing DEST install one at a time: DEST/.qnn-fetch.lock (a folder: mkdir is atomic) holds the owner's
+# pid; a lock whose owner is gone (killed with SIGKILL) is taken over
+QF_LOCKED=
+qf_lock() {
+    qf_w=0
+    until mkdir "$QF_DEST/.qnn-fetch.lock" 2>/dev/null; do
+        qf_owner=$(cat "$QF_DEST/.qnn-fetch.lock/pid" 2>/dev/null)
+        if [ -n "$qf_owner" ] && ! kill -0 "$qf_owner" 2>/dev/null; then
+            rm -rf "$QF_DEST/.qnn-fetch.lock"
+            continue
+        fi
+        qf_w=$((qf_w + 1))
+        [ "$qf_w" -le 600 ] || qf_die 2 "$QF_DEST/.qnn-fetch.lock: another fetch has held it for 10 minutes (remove it if none runs)"
+        sleep 1
+    done
+    echo $$ >"$QF_DEST/.qnn-fetch.lock/pid"
+    QF_LOCKED=1
+}
+qf_unlock() {
+    if [ -n "$QF_LOCKED" ]; then
+        rm -rf "$QF_DEST/.qnn-fetch.lock"
+        QF_LOCKED=
+    fi
+}
 
 # -- chips: the catalog's spellings, resolved by qnn-release's own resolver -------------------
 
@@ -203,22 +229,37 @@ function pp(l,   i, p) {
     for (i = 1; i <= l; i++) p = p (i > 1 ? SUBSEP : "") (type[i] == "o" ? key[i] : idx[i])
     return p
 }
+function fail(r, m) { if (badr == "") { badr = r; badm = m }; exit }
 function item() { if (d > 0 && type[d] == "a") cnt[pp(d - 1)] = idx[d] + 1 }
-function scalar(x) { item(); if (d > 0) v[pp(d)] = x }
-function opened(t) { item(); d++; type[d] = t; key[d] = ""; idx[d] = 0; ek = (t == "o") }
+function scalar(x, q,   p) {
+    if (d == 0) fail("json", "not a JSON object")
+    if (!q && x !~ /^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?|true|false|null)$/) fail("json", "not JSON")
+    item(); p = pp(d); v[p] = x; if (q) sq[p] = 1
+}
+function opened(t) {
+    if (done) fail("json", "not JSON (text after the object)")
+    if (d == 0 && t != "o") fail("json", "not a JSON object")
+    item(); kind[pp(d)] = t; d++; type[d] = t; key[d] = ""; idx[d] = 0; ek = (t == "o")
+    if (d > MAXD) fail("json", "nested more than " MAXD " deep")
+}
+function closed(t) {
+    if (d == 0 || type[d] != t) fail("json", "not JSON")
+    d--; ek = 0; if (d == 0) done = 1
+}
 function outside(s,   i, c, tok) {
     tok = ""
     for (i = 1; i <= length(s); i++) {
         c = substr(s, i, 1)
         if (index("[]{}:, \t\r\n", c) == 0) { tok = tok c; continue }
-        if (tok != "") { scalar(tok); tok = "" }
+        if (tok != "") { scalar(tok, 0); tok = "" }
         if (c == "{") opened("o")
         else if (c == "[") opened("a")
-        else if (c == "}" || c == "]") { d--; ek = 0 }
+        else if (c == "}") closed("o")
+        else if (c == "]") closed("a")
         else if (c == ":") ek = 0
         else if (c == ",") { if (type[d] == "a") idx[d]++; else ek = 1 }
     }
-    if (tok != "") scalar(tok)
+    if (tok != "") scalar(tok, 0)
 }
 function hex(h,   k, x, c) {
     x = 0
@@ -243,19 +284,77 @@ function unescape(s,   out, i, c) {
     return out s
 }
 function rank(p) { return p == "fp16" ? 0 : p == "w8a16" ? 1 : p == "int8" ? 2 : 9 }
-BEGIN { RS = "\""; d = 0; ins = 0; buf = "" }
+function refuse(r, m) { print "bad\t" r "\t" m; exit }
+function isnull(p) { return (p in v) && !(p in sq) && v[p] == "null" }
+function given(p) { return (p in kind) || ((p in v) && !isnull(p)) }
+function text(p) { return (p in sq) ? v[p] : "" }
+function sha(x) { return length(x) == 64 && x !~ /[^0-9a-f]/ }
+function bytes(p) {  # an integer from 0 to MAXB, or -1
+    if (!(p in v) || (p in sq) || v[p] !~ /^(0|[1-9][0-9]*)$/ || length(v[p]) > 16 || v[p] + 0 > MAXB) return -1
+    return v[p] + 0
+}
+function version(x,   n, q, k) {
+    if (x !~ /^[0-9]+(\.[0-9]+)+$/) return 0
+    n = split(x, q, ".")
+    for (k = 1; k <= n; k++) if (length(q[k]) > 6) return 0
+    return n <= 4
+}
+function check(p, j,   name, size, n, k, q, sum) {
+    name = text(p SUBSEP "name")
+    if (kind[p] != "o" || name !~ /^[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2$/ || (name in seen) || !sha(v[p SUBSEP "sha256"]))
+        refuse("name", "asset " (name == "" ? "None" : "'\''" name "'\''") " has no plain .tar.bz2 name, is listed twice, or has no sha256")
+    seen[name] = 1
+    size = bytes(p SUBSEP "size")
+    if (size < 0) refuse("size", "asset '\''" name "'\'' declares size " v[p SUBSEP "size"] " (expected 0 to 1 TiB)")
+    q = p SUBSEP "pieces"
+    if (given(q)) {
+        n = cnt[q] + 0; sum = 0
+        if (kind[q] != "a" || n < 1 || n > MAXPC) sum = -1
+        for (k = 0; k < n && sum >= 0; k++) {
+            if (kind[q SUBSEP k] != "o" || text(q SUBSEP k SUBSEP "name") != name "." sprintf("%03d", k + 1) \
+                || !sha(v[q SUBSEP k SUBSEP "sha256"]) || bytes(q SUBSEP k SUBSEP "size") < 0) sum = -1
+            else sum += bytes(q SUBSEP k SUBSEP "size")
+        }
+        if (sum != size) refuse("pieces", "asset '\''" name "'\'' has pieces that are not " name ".001, .002 ... in order (at most " MAXPC "), each with its sha256 and size, adding up to the asset'\''s size")
+    }
+    q = p SUBSEP "release"
+    if (given(q) && ((q in kind) || !((q in sq) && (v[q] in part))))
+        refuse("release", "asset '\''" name "'\'' is in release '\''" v[q] "'\'', which is not one of the manifest'\''s parts")
+    if (text(p SUBSEP "kind") == "model" && (rank(text(p SUBSEP "precision")) == 9 || !((p SUBSEP "sdk_version") in sq) \
+        || (given(p SUBSEP "qnn_runtime") && !version(text(p SUBSEP "qnn_runtime")))))
+        refuse("model", "model asset '\''" name "'\'' has no precision or sdk_version, or a qnn_runtime that is not a version")
+}
+BEGIN { RS = "\""; d = 0; ins = 0; buf = ""; badr = "" }
 {
     if (!ins) { outside($0); ins = 1; next }
+    if (length(buf) + length($0) > 6 * MAXS + 6) fail("json", "a string longer than " MAXS " characters")
     nb = 0
     while (nb < length($0) && substr($0, length($0) - nb, 1) == "\\") nb++
     if (nb % 2 == 1) { buf = buf $0 "\""; next }
     s = unescape(buf $0); buf = ""; ins = 0
-    if (d > 0 && type[d] == "o" && ek) { key[d] = s; ek = 0 } else scalar(s)
+    if (length(s) > MAXS) fail("json", "a string longer than " MAXS " characters")
+    if (d > 0 && type[d] == "o" && ek) { key[d] = s; ek = 0 } else scalar(s, 1)
 }
 END {
-    if (("manifest_version" in v) && v["manifest_version"] != "1" && v["manifest_version"] != "2") { print "bad\tmanifest_version " v["manifest_version"] " (this script reads versions 1 and 2)"; exit }
-    if (!("assets" in cnt)) { print "bad\tno assets list"; exit }
-    n = cnt["assets"]; best = ""; bestr = 99; known = 0; models = ""
+    if (badr != "") refuse(badr, badm)
+    if (!done || d != 0) refuse("json", "not JSON, or nested too deep")
+    if (given("manifest_version") && ((("manifest_version") in sq) || (v["manifest_version"] != "1" && v["manifest_version"] != "2")))
+        refuse("version", "manifest_version " v["manifest_version"] "; this script reads 1 and 2")
+    if (given("tag") && v["tag"] != tag) refuse("tag", "it says tag '\''" v["tag"] "'\'', but was read from " tag)
+    if (given("parts")) {
+        if (kind["parts"] != "a" || cnt["parts"] + 0 > MAXP) refuse("parts", "parts is not a list of at most " MAXP " tags")
+        for (j = 0; j < cnt["parts"] + 0; j++) {
+            q = "parts" SUBSEP j
+            if (!(q in sq)) refuse("parts", "parts is not a list of at most " MAXP " tags")
+            if (v[q] != tag "-part" (j + 2) || v[q] !~ /^[A-Za-z0-9][A-Za-z0-9._+-]*$/)
+                refuse("parts", "part '\''" v[q] "'\'' is not a linked release of " tag " (expected " tag "-part2 ... in order)")
+            part[v[q]] = 1
+        }
+    }
+    if (kind["assets"] != "a" || cnt["assets"] + 0 > MAXA) refuse("assets", "no list of at most " MAXA " assets")
+    n = cnt["assets"] + 0
+    for (i = 0; i < n; i++) check("assets" SUBSEP i)
+    best = ""; bestr = 99; known = 0; models = ""
     for (i = 0; i < n; i++) {
         p = "assets" SUBSEP i
         if (v[p SUBSEP "kind"] != "model") continue
@@ -284,13 +383,15 @@ END {
     print status
     print v[best SUBSEP "name"]; print v[best SUBSEP "sha256"]; print v[best SUBSEP "precision"]; print sdk
     print (libs == "" ? "" : v[libs SUBSEP "name"]); print (libs == "" ? "" : v[libs SUBSEP "sha256"])
-    # the release that holds each (empty: the tag itself), then the pieces an archive was uploaded in
+    # the release that holds each (empty: the tag itself), the sizes, then the pieces an archive was uploaded in
     rel = v[best SUBSEP "release"]; lrel = (libs == "" ? "" : v[libs SUBSEP "release"])
     print (rel == "null" ? "" : rel); print (lrel == "null" ? "" : lrel)
+    print v[best SUBSEP "size"]; print (libs == "" ? "" : v[libs SUBSEP "size"])
+    print (given(best SUBSEP "qnn_runtime") ? v[best SUBSEP "qnn_runtime"] : "")
     for (j = 0; (best SUBSEP "pieces" SUBSEP j SUBSEP "name") in v; j++)
-        print "p\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "sha256"]
+        print "p\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "sha256"] "\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "size"]
     for (j = 0; libs != "" && (libs SUBSEP "pieces" SUBSEP j SUBSEP "name") in v; j++)
-        print "l\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "sha256"]
+        print "l\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "sha256"] "\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "size"]
 }'
 
 # -- downloads ---------------------------------------------------------------------------------
@@ -323,16 +424,31 @@ qf_get() {
     fi
 }
 
-# NAME SHA256 (empty: not checked) FILE [RELEASE]: the asset NAME of the tag's release (or of its linked
-# part RELEASE) into FILE, checked
+# URL FILE LIMIT: as qf_get, writing at most LIMIT bytes (ulimit -f, in 512-byte blocks, then the exact size);
+# 45: the server sent more than LIMIT
+qf_get_bounded() {
+    ( ulimit -f $(($3 / 512 + 1)) 2>/dev/null; qf_get "$1" "$2" )
+    qf_rc=$?
+    if [ -f "$2" ] && [ "$(wc -c <"$2")" -gt "$3" ]; then
+        return 45
+    fi
+    return "$qf_rc"
+}
+
+# NAME SHA256 (empty: not checked) FILE RELEASE (empty: the tag's) LIMIT: the asset NAME of the tag's release
+# (or of its linked part RELEASE) into FILE, checked, never more than LIMIT bytes
 qf_download() {
     qf_url="$QF_BASE/$QF_REPO/releases/download/${4:-$QF_TAG}/$1"
     qf_n=0
     while [ "$qf_n" -lt 3 ]; do
         qf_n=$((qf_n + 1))
         rm -f "$3.part"
-        qf_get "$qf_url" "$3.part"
+        qf_get_bounded "$qf_url" "$3.part" "$5"
         qf_rc=$?
+        if [ "$qf_rc" -eq 45 ]; then
+            rm -f "$3.part"
+            qf_die 4 "$1: the server sent more than the $5 bytes declared for it; nothing was kept ($qf_url)"
+        fi
         if [ "$qf_rc" -eq 0 ]; then
             if [ -z "$2" ] || [ "$(qf_sha256 "$3.part")" = "$2" ]; then
                 mv -f "$3.part" "$3"
@@ -457,6 +573,9 @@ QF_TAG=${QF_RELEASE#*@}
 case $QF_REPO in
     */*/*|/*|*/|*[!A-Za-z0-9._/-]*) qf_die 2 "--release '$QF_RELEASE': expected OWNER/NAME@TAG" ;;
 esac
+case $QF_TAG in  # a tag goes into a URL
+    .*|*[!A-Za-z0-9._+/-]*) qf_die 2 "--release '$QF_RELEASE': the tag has characters a URL path cannot carry as they are" ;;
+esac
 case $QF_RUNTIME in
     ''|[0-9]*.[0-9]*) case $QF_RUNTIME in *[!0-9.]*|*..*|*.) qf_die 2 "--qnn-runtime '$QF_RUNTIME': expected a version as 2.50.40" ;; esac ;;
     *) qf_die 2 "--qnn-runtime '$QF_RUNTIME': expected a version as 2.50.40" ;;
@@ -499,13 +618,23 @@ if [ ! -d "$QF_DESTARG" ]; then
     QF_MADE_DEST=$QF_DESTARG
 fi
 QF_DEST=$(cd "$QF_DESTARG" && pwd) || qf_die 2 "--dest $QF_DESTARG: cannot enter it"
+for qf_old in "$QF_DEST"/.qnn-fetch.[0-9]*; do  # the work folders of fetches killed with SIGKILL
+    qf_pid=${qf_old##*.qnn-fetch.}
+    case $qf_pid in
+        *[!0-9]*) continue ;;
+    esac
+    [ -d "$qf_old" ] && ! kill -0 "$qf_pid" 2>/dev/null && rm -rf "$qf_old"
+done
 QF_WORK="$QF_DEST/.qnn-fetch.$$"
 mkdir "$QF_WORK" 2>/dev/null || qf_die 2 "--dest $QF_DESTARG: cannot write there"
 trap 'qf_cleanup' EXIT
 
-qf_download manifest.json "" "$QF_WORK/manifest.json"
-QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION" "$QF_AWK" "$QF_WORK/manifest.json") \
-    || qf_die 9 "$QF_RELEASE: manifest.json could not be read"
+qf_download manifest.json "" "$QF_WORK/manifest.json" "" 134217728
+# the manifest contract (docs/reference/manifest-contract.md), every rule checked before anything else is downloaded
+QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION" -v tag="$QF_TAG" \
+    -v MAXD=16 -v MAXS=4096 -v MAXP=100 \
+    -v MAXA=100000 -v MAXPC=999 -v MAXB=1099511627776 \
+    "$QF_AWK" "$QF_WORK/manifest.json") || qf_die 9 "$QF_RELEASE: manifest.json could not be read"
 {
     IFS= read -r QF_STATUS
     IFS= read -r QF_NAME
@@ -516,6 +645,9 @@ QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION
     IFS= read -r QF_LIBS_SHA
     IFS= read -r QF_REL
     IFS= read -r QF_LIBS_REL
+    IFS= read -r QF_SIZE
+    IFS= read -r QF_LIBS_SIZE
+    IFS= read -r QF_QNN_RUNTIME
 } <<EOF
 $QF_SEL
 EOF
@@ -530,11 +662,15 @@ case $QF_STATUS in
         [ -n "$QF_CHIP" ] || qf_die 3 "no NPU build of $QF_MODEL for $QF_SOCNAME: use the CPU model (this chip is not in qnn-release's catalog)"
         qf_die 3 "no NPU build of $QF_MODEL for $QF_CHIP$qf_p: use the CPU model" ;;
     nomodel*) qf_die 2 "$QF_RELEASE: no model '$QF_MODEL' in this release (models: ${QF_STATUS#nomodel?})" ;;
-    bad*) qf_die 9 "$QF_RELEASE: manifest.json: ${QF_STATUS#bad?}" ;;
+    bad*)
+        qf_rule=$(printf '%s\n' "$QF_SEL" | awk -F '\t' 'NR == 1 { print $2 }')
+        qf_why=$(printf '%s\n' "$QF_SEL" | awk -F '\t' 'NR == 1 { print substr($3, 1, 200) }')
+        qf_die 9 "$QF_RELEASE: manifest.json: $qf_why (rule $qf_rule)" ;;
     *) qf_die 9 "$QF_RELEASE: manifest.json could not be read" ;;
 esac
 # the runtime the binaries need: the first three numbers of the QNN that built them (manifest: qnn_runtime)
 QF_NEEDS=$(printf '%s' "$QF_SDK" | sed -n 's/^v\{0,1\}\([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+[ -z "$QF_QNN_RUNTIME" ] || QF_NEEDS=$QF_QNN_RUNTIME
 if [ -n "$QF_RUNTIME" ] && [ -n "$QF_NEEDS" ] && qf_newer "$QF_NEEDS" "$QF_RUNTIME"; then
     qf_die 12 "$QF_RELEASE: $QF_MODEL for $QF_CHIP needs QNN runtime $QF_NEEDS or newer; the app ships $QF_RUNTIME (ship QNN runtime $QF_NEEDS or newer, use an earlier release built with QNN $QF_RUNTIME or older, or the CPU model)"
 fi
@@ -546,7 +682,7 @@ for qf_r in "$QF_REL" "$QF_LIBS_REL"; do  # a linked part's tag goes into a URL:
     esac
 done
 QF_TAB=$(printf '\t')
-while IFS="$QF_TAB" read -r qf_k qf_pn qf_ps; do
+while IFS="$QF_TAB" read -r qf_k qf_pn qf_ps qf_pz; do
     case $qf_k in
         p|l) qf_asset_ok "$qf_pn" "$qf_ps" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe piece '$qf_pn'" ;;
     esac
@@ -554,47 +690,51 @@ done <"$QF_WORK/selection"
 
 # verified archives are kept in DEST/.downloads: a second run downloads nothing
 QF_CACHE="$QF_DEST/.downloads"
-# NAME SHA256 RELEASE KIND (p: the model's pieces, l: the libraries'): the asset, whole and checked; one
+# NAME SHA256 RELEASE KIND (p: the model's pieces, l: the libraries') SIZE: the asset, whole and checked; one
 # uploaded in pieces is each piece checked, the pieces joined in order, and the whole checked again
 qf_fetch_asset() {
-    if [ -f "$QF_CACHE/$1" ] && [ "$(qf_sha256 "$QF_CACHE/$1")" = "$2" ]; then
-        cp "$QF_CACHE/$1" "$QF_WORK/$1" || qf_die 2 "cannot copy $QF_CACHE/$1"
+    # a cached copy is checked after it is copied: another fetch sharing DEST may replace it meanwhile
+    if [ -f "$QF_CACHE/$1" ] && cp "$QF_CACHE/$1" "$QF_WORK/$1" 2>/dev/null \
+        && [ "$(qf_sha256 "$QF_WORK/$1")" = "$2" ]; then
         return 0
     fi
-    awk -F "$QF_TAB" -v k="$4" '$1 == k { print $2 FS $3 }' "$QF_WORK/selection" >"$QF_WORK/pieces"
+    rm -f "$QF_WORK/$1"
+    awk -F "$QF_TAB" -v k="$4" '$1 == k { print $2 FS $3 FS $4 }' "$QF_WORK/selection" >"$QF_WORK/pieces"
     if [ ! -s "$QF_WORK/pieces" ]; then
-        qf_download "$1" "$2" "$QF_WORK/$1" "$3"
+        qf_download "$1" "$2" "$QF_WORK/$1" "$3" "$5"
         return 0
     fi
     : >"$QF_WORK/$1.joining"
     qf_count=0
-    while IFS="$QF_TAB" read -r qf_pn qf_ps; do
-        qf_download "$qf_pn" "$qf_ps" "$QF_WORK/$qf_pn" "$3"
+    while IFS="$QF_TAB" read -r qf_pn qf_ps qf_pz; do
+        qf_download "$qf_pn" "$qf_ps" "$QF_WORK/$qf_pn" "$3" "$qf_pz"
         cat "$QF_WORK/$qf_pn" >>"$QF_WORK/$1.joining" || qf_die 2 "cannot write into $QF_DEST"
         rm -f "$QF_WORK/$qf_pn"
         qf_count=$((qf_count + 1))
     done <"$QF_WORK/pieces"
     if [ "$(qf_sha256 "$QF_WORK/$1.joining")" != "$2" ]; then
         rm -f "$QF_WORK/$1.joining"
-        qf_die 4 "$1: its $qf_count pieces joined do not match the manifest's sha256"
+        qf_die 4 "$1: its $qf_count pieces joined do not match the manifest's sha256; nothing was kept"
     fi
     mv -f "$QF_WORK/$1.joining" "$QF_WORK/$1"
 }
 QF_TOP=${QF_NAME%.tar.bz2}
-qf_fetch_asset "$QF_NAME" "$QF_SHA" "$QF_REL" p
+qf_fetch_asset "$QF_NAME" "$QF_SHA" "$QF_REL" p "$QF_SIZE"
 qf_extract "$QF_WORK/$QF_NAME" "$QF_TOP" "$QF_WORK/model"
 QF_LIBS_TOP=
 if [ -n "$QF_LIBS" ]; then
     QF_LIBS_TOP=${QF_LIBS%.tar.bz2}
-    qf_fetch_asset "$QF_LIBS" "$QF_LIBS_SHA" "$QF_LIBS_REL" l
+    qf_fetch_asset "$QF_LIBS" "$QF_LIBS_SHA" "$QF_LIBS_REL" l "$QF_LIBS_SIZE"
     qf_extract "$QF_WORK/$QF_LIBS" "$QF_LIBS_TOP" "$QF_WORK/libs"
 fi
 
+qf_lock
 qf_install "$QF_WORK/model" "$QF_TOP"
 [ -z "$QF_LIBS_TOP" ] || qf_install "$QF_WORK/libs" "$QF_LIBS_TOP"
 mkdir -p "$QF_CACHE" && for qf_a in "$QF_NAME" ${QF_LIBS:+"$QF_LIBS"}; do
     mv -f "$QF_WORK/$qf_a" "$QF_CACHE/$qf_a"
 done
+qf_unlock
 QF_MADE_DEST=
 qf_cleanup
 

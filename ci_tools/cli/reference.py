@@ -169,7 +169,10 @@ def _type(prop: dict) -> str:
 
 def pages(build_parser) -> dict[str, str]:
     """Every reference page by file name; ``build_parser`` makes the CLI's parser (cli.app's)."""
-    return {"cli.md": cli_page(build_parser), "exit-codes.md": exit_codes_page(), "matrix.md": matrix_page()}
+    from ..release.contract import contract_page
+
+    return {"cli.md": cli_page(build_parser), "exit-codes.md": exit_codes_page(), "matrix.md": matrix_page(),
+            "manifest-contract.md": HEADER.format(what="`ci_tools/release/contract.py`") + contract_page()}
 
 
 def stale(build_parser, folder: Path = DOCS) -> list[Path]:

@@ -17,6 +17,7 @@ import jinja2
 
 from ..catalog.socs import Catalog, UnknownSocError
 from ..paths import TEMPLATES
+from . import contract
 from .manifest import PRECISION_ORDER
 
 CLIENTS = Path("clients")
@@ -103,7 +104,7 @@ def _context(cat: Catalog) -> dict:
     table, binned = spelling_table(cat)
     return {"marker": MARKER, "table": table, "binned": binned, "groups": _grouped(table),
             "binned_groups": _grouped(binned), "chips": sorted({c for c in table.values() if c}),
-            "precisions": PRECISION_ORDER}
+            "precisions": PRECISION_ORDER, "contract": contract}
 
 
 def render_fetch_sh(cat: Catalog) -> str:

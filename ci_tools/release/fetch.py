@@ -15,7 +15,6 @@ wait in ``<cache>/downloads`` (``QNN_RELEASE_CACHE``) for the next run to resume
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,6 @@ from pathlib import Path
 from ..catalog.socs import UnknownSocError, load_catalog
 from ..errors import (
     NoBuildForChip,
-    PackageError,
     PublishError,
     QnnReleaseError,
     RuntimeTooOld,
@@ -38,6 +36,7 @@ from ..util import cmd
 from ..util.files import replace_dir, staging_dir
 from ..util.precision import PRECISIONS
 from ..util.text import clip
+from .contract import MAX_MANIFEST_BYTES, check_manifest, parse_manifest, refuse
 from .extract import check_archive, extract_checked
 from .github import Connection, GitHub
 from .runtime import loads_on, runtime_needed
@@ -89,90 +88,6 @@ def _split(release: str) -> tuple[str, str]:
     return repo, tag
 
 
-_ASSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2")
-
-
-_PIECE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2\.[0-9]{3}")
-_SHA = re.compile(r"[0-9a-f]{64}")
-
-
-MAX_ASSETS_LISTED = 100_000  # 100 linked releases of GitHub's 1,000 assets
-MAX_PARTS = 100
-MAX_PIECES = 999  # <name>.001 ... .999
-MAX_ASSET_BYTES = 1 << 40  # what a manifest may declare for one asset (1 TiB): bounds what a download writes
-
-
-def _parts(manifest: dict, tag: str | None) -> list[str]:
-    """The manifest's linked releases: exactly the tags ``package`` makes for this release (``<tag>-part2`` ...):
-    a part's name goes into an API path and a URL, so nothing else is ever followed."""
-    from .layout import part_tag
-
-    parts = manifest.get("parts") or []
-    if not isinstance(parts, list) or len(parts) > MAX_PARTS or not all(isinstance(p, str) for p in parts):
-        raise PackageError("manifest.json: parts is not a list of at most 100 tags",
-                           hint="the release was not made by qnn-release package")
-    want = [part_tag(tag, k) for k in range(2, len(parts) + 2)] if tag else None
-    if (want is not None and parts != want) or any(not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", p) for p in parts):
-        bad = next((p for p, w in zip(parts, want or parts) if p != w or not re.fullmatch(
-            r"[A-Za-z0-9][A-Za-z0-9._+-]*", p)), parts[0] if parts else "")
-        raise PackageError(f"manifest.json: part {clip(bad, 80)!r} is not a linked release of {tag or 'this tag'} "
-                           f"(expected {', '.join(want[:3]) if want else '<tag>-part2 ...'} in order)",
-                           hint="the release was not made by qnn-release package; nothing was requested from it")
-    return parts
-
-
-def _pieces_ok(name: str, size: object, pieces: object) -> bool:
-    """An asset's pieces are exactly ``<name>.001``, ``.002`` ... in order, each with a sha256 and a size, their
-    sizes adding up to the asset's."""
-    if not isinstance(pieces, list) or not pieces or len(pieces) > MAX_PIECES:
-        return False
-    for i, x in enumerate(pieces, 1):
-        if not isinstance(x, dict) or x.get("name") != f"{name}.{i:03d}" or not _SHA.fullmatch(str(x.get("sha256"))):
-            return False
-        if not isinstance(x.get("size"), int) or isinstance(x.get("size"), bool) or x["size"] < 0:
-            return False
-    return sum(x["size"] for x in pieces) == size
-
-
-def _manifest_assets(manifest: object, tag: str | None = None) -> list[dict]:
-    """The manifest's assets, each with a plain archive name, a sha256 and a bounded size (a name is used as a path),
-    its pieces exactly as ``package`` names them, and its release one of the manifest's parts, which are exactly
-    this tag's linked releases (``tag``: the release it was read from)."""
-    assets = manifest.get("assets") if isinstance(manifest, dict) else None
-    if not isinstance(assets, list):
-        raise PackageError("manifest.json: no list of assets", hint="the release was not made by qnn-release package")
-    if manifest.get("manifest_version", 1) not in (1, 2):
-        raise PackageError(f"manifest.json: manifest_version {manifest.get('manifest_version')!r}; this qnn-release "
-                           "reads 1 and 2", hint="upgrade qnn-release")
-    if len(assets) > MAX_ASSETS_LISTED:
-        raise PackageError(f"manifest.json: {len(assets)} assets listed (at most {MAX_ASSETS_LISTED:,})",
-                           hint="the release was not made by qnn-release package")
-    parts = _parts(manifest, tag)
-    for a in assets:
-        name = a.get("name") if isinstance(a, dict) else None
-        if not isinstance(name, str) or not _ASSET.fullmatch(name) or not _SHA.fullmatch(str(a.get("sha256"))):
-            raise PackageError(f"manifest.json: asset {clip(name, 80)!r} has no plain .tar.bz2 name or no sha256",
-                               hint="the release was not made by qnn-release package")
-        size = a.get("size")
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool)
-                                 or not 0 <= size <= MAX_ASSET_BYTES):
-            raise PackageError(f"manifest.json: asset {name!r} declares size {clip(size, 40)!r} (expected 0 to 1 TiB)",
-                               hint="the release was not made by qnn-release package")
-        pieces = a.get("pieces")
-        if pieces is not None and not _pieces_ok(name, size, pieces):
-            raise PackageError(f"manifest.json: asset {name!r} has pieces that are not {name}.001, .002 ... in order, "
-                               "each with its sha256 and size, adding up to the asset's size",
-                               hint="the release was not made by qnn-release package")
-        if a.get("release") is not None and a.get("release") not in parts:
-            raise PackageError(f"manifest.json: asset {name!r} is in release {clip(a.get('release'), 80)!r}, which "
-                               "is not one of the manifest's parts", hint="the release was not made by qnn-release")
-        if a.get("kind") == "model" and (a.get("precision") not in PRECISION_ORDER
-                                         or not isinstance(a.get("sdk_version"), str)):
-            raise PackageError(f"manifest.json: model asset {name!r} has no precision or sdk_version",
-                               hint="the release was not made by qnn-release package")
-    return assets
-
-
 def _aliases(asset: dict) -> list[str]:
     aliases = asset.get("soc_aliases")
     return [a for a in aliases if isinstance(a, str)] if isinstance(aliases, list) else []
@@ -212,16 +127,15 @@ class _Downloader:
 
     def manifest(self) -> dict:
         url, headers = self.url("manifest.json")
+        listed = self._in(None)["manifest.json"].get("size")
+        if isinstance(listed, int) and listed > MAX_MANIFEST_BYTES:  # GitHub says its size: not downloaded at all
+            raise refuse("json", f"{listed:,} bytes (at most {MAX_MANIFEST_BYTES:,})")
         r = self.gh.call("GET", url, "download manifest.json", headers=headers)  # small: retried whole
-        try:
-            manifest = json.loads(r.content)
-        except (ValueError, RecursionError):  # nested past Python's recursion limit: not a manifest package writes
-            raise PackageError(f"{self.where}: manifest.json is not JSON, or nested too deep",
-                               hint="the release was not made by qnn-release package") from None
-        _manifest_assets(manifest, self.tag)
-        return manifest
+        manifest = parse_manifest(r.content)
+        check_manifest(manifest, self.tag)
+        return manifest  # type: ignore[return-value]
 
-    def _file(self, name: str, sha256: str, release: str | None) -> Path:
+    def _file(self, name: str, sha256: str, release: str | None, size: int) -> Path:
         def open_from(offset: int):
             url, headers = self.url(name, release)
             if offset:
@@ -230,15 +144,15 @@ class _Downloader:
                                 stream=True)
 
         return fetch_taken(self.cache, sha256, open_from, what=f"{self.gh.repo}@{release or self.tag}: {name}",
-                           pinned_by="the manifest", sleep=self.sleep)
+                           pinned_by="the manifest", sleep=self.sleep, limit=size)
 
     def get(self, asset: dict) -> Path:
         """The asset, whole and checked against the manifest's sha256, in the download cache: from the release
         that holds it, and joined from its pieces (each checked first) when it was uploaded in pieces."""
         release = asset.get("release")
         if not asset.get("pieces"):
-            return self._file(asset["name"], asset["sha256"], release)
-        pieces = [self._file(p["name"], p["sha256"], release) for p in asset["pieces"]]
+            return self._file(asset["name"], asset["sha256"], release, asset["size"])
+        pieces = [self._file(p["name"], p["sha256"], release, p["size"]) for p in asset["pieces"]]
         done = private_path(self.cache, asset["sha256"])  # this run's own: no other fetch touches it
         joined = done.with_name(done.name + ".joining")
         with open(joined, "wb") as out:
@@ -295,7 +209,7 @@ def loadable_release(release: str, model: str, soc: str, runtime: str, precision
         if mine is not None and v is not None and v > mine:
             continue
         try:
-            assets = _manifest_assets(_Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep).manifest(),
+            assets = check_manifest(_Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep).manifest(),
                                       rel.get("tag_name"))
         except QnnReleaseError:
             continue  # no manifest (not a qnn-release release), or one this client refuses: not a candidate
@@ -326,7 +240,7 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
         raise PublishError(f"{repo}: no published release {tag}", hint="check the tag (drafts are not visible)")
     dl = _Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep)
     manifest = dl.manifest()
-    assets = _manifest_assets(manifest, tag)
+    assets = check_manifest(manifest, tag)
     candidates = [a for a in assets if chip is not None and a.get("kind") == "model" and a.get("model") == model
                   and (a.get("soc") == chip.name or chip.name.lower() in _aliases(a))]
     if precision:

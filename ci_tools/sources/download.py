@@ -77,11 +77,12 @@ Opener = Callable[[int], AbstractContextManager]  # offset -> streaming response
 
 
 def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patience: int = PATIENCE,
-           give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> None:
+           give_up: type[QnnReleaseError] = SourceError, hint: str = "", limit: int | None = None) -> None:
     """Fill ``part`` from ``open_from(len(part))`` until a response ends cleanly.
 
     ``open_from`` raises ``Transient`` (or a network error) for what is worth retrying and a
     ``QnnReleaseError`` for what is not. ``part`` is kept when giving up: the next run resumes it.
+    ``limit``: the bytes the file may have (its declared size): a server sending more is refused, nothing kept.
     """
     part.parent.mkdir(parents=True, exist_ok=True)
     best = _size(part)
@@ -98,8 +99,14 @@ def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patien
                     raise Transient("the server resumed at another offset")
                 with _open_part(part, "ab" if r.status_code == 206 else "wb") as f:
                     for chunk in _chunks(r):
+                        if limit is not None and f.tell() + len(chunk) > limit:
+                            break
                         f.write(chunk)
-            return
+                    else:
+                        return
+            part.unlink(missing_ok=True)
+            raise SourceError(f"{what}: the server sent more than the {limit:,} bytes declared for it; nothing was "
+                              "kept", hint="the release was not made by qnn-release, or the server is broken")
         except Transient as e:
             last, wait = e.reason, e.wait
         except network_errors() as e:
@@ -198,7 +205,8 @@ def private_path(cache: Path, sha256: str, suffix: str = "") -> Path:
 
 def fetch_verified(cache: Path, sha256: str, open_from: Opener, **how) -> Path:
     """``<cache>/<sha256>``: downloaded (resuming a partial file), checked, whole; a corrupt file is never kept.
-    ``how``: ``what`` (for messages), ``pinned_by``, ``sleep``, ``give_up``, ``hint``. One run at a time per blob.
+    ``how``: ``what`` (for messages), ``pinned_by``, ``sleep``, ``give_up``, ``hint``, ``limit`` (the declared size:
+    no more is written). One run at a time per blob.
 
     A mismatch after a complete download is retried once from zero (a corrupted transfer); a
     second one means the content is not what was pinned.
@@ -214,8 +222,8 @@ def fetch_taken(cache: Path, sha256: str, open_from: Opener, **how) -> Path:
         return _taken(_fetch(cache, sha256, open_from, **how), cache, sha256)
 
 
-def _fetch(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "", sleep=time.sleep,
-           give_up: type[QnnReleaseError] = SourceError, hint: str = "") -> Path:
+def _fetch(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "", **how) -> Path:
+    """``how``: what ``resume`` takes (``sleep``, ``give_up``, ``hint``, ``limit``)."""
     from .store import sha256_file
 
     done = cache / sha256
@@ -224,7 +232,7 @@ def _fetch(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by:
     part = cache / f"{sha256}.part"
     got = ""
     for _ in range(2):
-        resume(part, open_from, what=what, sleep=sleep, give_up=give_up, hint=hint)
+        resume(part, open_from, what=what, **how)
         got = sha256_file(part)
         if got == sha256:
             os.replace(part, done)

@@ -54,6 +54,18 @@ public final class QnnModelResolver {
     public static final int EXIT_RUNTIME_TOO_OLD = 12;
     /** The newest manifest version this class reads (1 and 2: linked parts, pieces). */
     public static final int MANIFEST_VERSION = 2;
+    /** The manifest contract's bounds (docs/reference/manifest-contract.md), as every client applies them. */
+    public static final int MAX_MANIFEST_CHARS = 134217728;
+    static final int MAX_DEPTH = 16;
+    static final int MAX_STRING = 4096;
+    static final int MAX_PARTS = 100;
+    static final int MAX_ASSETS = 100000;
+    static final int MAX_PIECES = 999;
+    static final long MAX_ASSET_BYTES = 1099511627776L;
+    private static final Pattern NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._+-]*");
+    private static final Pattern ASSET = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._+-]*\\.tar\\.bz2");
+    private static final Pattern SHA = Pattern.compile("[0-9a-f]{64}");
+    private static final Pattern VERSION = Pattern.compile("[0-9]{1,6}(\\.[0-9]{1,6}){1,3}");
     /** What is tried first when a release has several precisions of one model for one chip. */
     public static final List<String> PRECISION_ORDER =
             Collections.unmodifiableList(java.util.Arrays.asList("fp16", "w8a16", "int8"));
@@ -567,32 +579,17 @@ public final class QnnModelResolver {
         if (qnnRuntime != null && !qnnRuntime.matches("[0-9]+\\.[0-9]+(\\.[0-9]+)?")) {
             throw new IllegalArgumentException("qnnRuntime " + qnnRuntime + ": expected a version as 2.50.40");
         }
-        Object parsed = Json.parse(manifestJson);
-        if (!(parsed instanceof Map)) {
-            throw new IllegalArgumentException("manifest.json: expected a JSON object");
-        }
-        Map<String, Object> manifest = asMap(parsed);
-        Object version = manifest.get("manifest_version");
-        if (version != null && (num(manifest, "manifest_version") < 1
-                || num(manifest, "manifest_version") > MANIFEST_VERSION)) {
-            throw new IllegalArgumentException("manifest.json: manifest_version " + version
-                    + ", this resolver reads versions 1 to " + MANIFEST_VERSION);
-        }
         if (precision != null && !PRECISION_ORDER.contains(precision)) {
             throw new IllegalArgumentException("precision " + precision + ": expected one of " + PRECISION_ORDER);
         }
+        Object parsed = Json.parse(manifestJson);
+        if (!(parsed instanceof Map)) {
+            throw refuse("json", "not a JSON object");
+        }
+        Map<String, Object> manifest = asMap(parsed);
+        List<Map<String, Object>> assets = Contract.check(manifest, downloadBase == null ? null : tagOf(downloadBase));
         String chip = chip(socModel);
         String spelled = socModel == null ? "" : socModel.trim();
-        List<Map<String, Object>> assets = new ArrayList<Map<String, Object>>();
-        Object list = manifest.get("assets");
-        if (!(list instanceof List)) {
-            throw new IllegalArgumentException("manifest.json: no assets list");
-        }
-        for (Object o : (List<?>) list) {
-            if (o instanceof Map) {
-                assets.add(asMap(o));
-            }
-        }
         TreeSet<String> models = new TreeSet<String>();
         Map<String, Object> best = null;
         int bestRank = Integer.MAX_VALUE;
@@ -741,8 +738,153 @@ public final class QnnModelResolver {
         return b.toString();
     }
 
-    /** A small JSON reader (objects, arrays, strings, numbers, true, false, null): all a manifest has. */
+    static IllegalArgumentException refuse(String rule, String detail) {
+        return new IllegalArgumentException("manifest.json: " + detail + " (rule " + rule + ")");
+    }
+
+    /** The tag a download base points into: its last path segment, percent-decoded. */
+    static String tagOf(String base) {
+        String trimmed = base.endsWith("/") ? base.substring(0, base.length() - 1) : base;
+        String seg = trimmed.substring(trimmed.lastIndexOf('/') + 1);
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        for (int i = 0; i < seg.length(); i++) {
+            char c = seg.charAt(i);
+            int hi = c == '%' && i + 2 < seg.length() ? Character.digit(seg.charAt(i + 1), 16) : -1;
+            int lo = hi >= 0 ? Character.digit(seg.charAt(i + 2), 16) : -1;
+            if (lo >= 0) {
+                out.write(hi * 16 + lo);
+                i += 2;
+            } else {
+                out.write(c);
+            }
+        }
+        return new String(out.toByteArray(), Charset.forName("UTF-8"));
+    }
+
+    /**
+     * The manifest contract (docs/reference/manifest-contract.md): the rules {@code qnn-release fetch} and
+     * qnn-fetch.sh apply, in the same order, each refusal naming its rule. Nothing a manifest names is used before
+     * every rule holds for every asset.
+     */
+    static final class Contract {
+        private Contract() {
+        }
+
+        static List<Map<String, Object>> check(Map<String, Object> manifest, String readFrom) {
+            Object version = manifest.get("manifest_version");
+            if (version != null && !(version instanceof Long && ((Long) version == 1L || (Long) version == 2L))) {
+                throw new IllegalArgumentException("manifest.json: manifest_version " + version
+                        + "; this resolver reads 1 and 2 (rule version)");
+            }
+            Object own = manifest.get("tag");
+            if (readFrom != null && own != null && !readFrom.equals(own)) {
+                throw refuse("tag", "it says tag '" + own + "', but was read from " + readFrom);
+            }
+            String tag = readFrom != null ? readFrom : own instanceof String ? (String) own : null;
+            List<String> parts = parts(manifest.get("parts"), tag);
+            Object list = manifest.get("assets");
+            if (!(list instanceof List) || ((List<?>) list).size() > MAX_ASSETS) {
+                throw refuse("assets", "no list of at most " + MAX_ASSETS + " assets");
+            }
+            List<Map<String, Object>> assets = new ArrayList<Map<String, Object>>();
+            java.util.Set<String> seen = new java.util.HashSet<String>();
+            for (Object o : (List<?>) list) {
+                assets.add(asset(o, parts, seen));
+            }
+            return assets;
+        }
+
+        private static List<String> parts(Object value, String tag) {
+            List<String> parts = new ArrayList<String>();
+            if (value == null) {
+                return parts;
+            }
+            if (!(value instanceof List) || ((List<?>) value).size() > MAX_PARTS) {
+                throw refuse("parts", "parts is not a list of at most " + MAX_PARTS + " tags");
+            }
+            for (Object p : (List<?>) value) {
+                if (!(p instanceof String)) {
+                    throw refuse("parts", "parts is not a list of at most " + MAX_PARTS + " tags");
+                }
+                parts.add((String) p);
+            }
+            for (int k = 0; k < parts.size(); k++) {
+                String got = parts.get(k);
+                String want = tag == null ? got : tag + "-part" + (k + 2);
+                if (!got.equals(want) || !NAME.matcher(got).matches()) {
+                    throw refuse("parts", "part '" + got + "' is not a linked release of "
+                            + (tag == null ? "this tag" : tag) + " (expected <tag>-part2 ... in order)");
+                }
+            }
+            return parts;
+        }
+
+        private static long bytes(Object v) {
+            return v instanceof Long && (Long) v >= 0 && (Long) v <= MAX_ASSET_BYTES ? (Long) v : -1;
+        }
+
+        private static Map<String, Object> asset(Object o, List<String> parts, java.util.Set<String> seen) {
+            Object name = o instanceof Map ? asMap(o).get("name") : null;
+            Object sha = o instanceof Map ? asMap(o).get("sha256") : null;
+            if (!(name instanceof String) || !ASSET.matcher((String) name).matches() || seen.contains(name)
+                    || !(sha instanceof String) || !SHA.matcher((String) sha).matches()) {
+                throw refuse("name", "asset '" + name + "' has no plain .tar.bz2 name, is listed twice, or has no "
+                        + "sha256");
+            }
+            Map<String, Object> a = asMap(o);
+            seen.add((String) name);
+            long size = bytes(a.get("size"));
+            if (size < 0) {
+                throw refuse("size", "asset '" + name + "' declares size " + a.get("size") + " (expected 0 to 1 TiB)");
+            }
+            if (a.get("pieces") != null) {
+                pieces(a, (String) name, size);
+            }
+            Object release = a.get("release");
+            if (release != null && !parts.contains(release)) {
+                throw refuse("release", "asset '" + name + "' is in release '" + release
+                        + "', which is not one of the manifest's parts");
+            }
+            Object runtime = a.get("qnn_runtime");
+            if ("model".equals(a.get("kind")) && (!PRECISION_ORDER.contains(a.get("precision"))
+                    || !(a.get("sdk_version") instanceof String) || (runtime != null
+                    && !(runtime instanceof String && VERSION.matcher((String) runtime).matches())))) {
+                throw refuse("model", "model asset '" + name + "' has no precision or sdk_version, or a qnn_runtime "
+                        + "that is not a version");
+            }
+            return a;
+        }
+
+        private static void pieces(Map<String, Object> a, String name, long size) {
+            Object list = a.get("pieces");
+            boolean ok = list instanceof List && !((List<?>) list).isEmpty() && ((List<?>) list).size() <= MAX_PIECES;
+            long sum = 0;
+            int k = 0;
+            for (Object o : ok ? (List<?>) list : Collections.emptyList()) {
+                k++;
+                Map<String, Object> p = o instanceof Map ? asMap(o) : null;
+                Object sha = p == null ? null : p.get("sha256");
+                if (p == null || !String.format(Locale.ROOT, "%s.%03d", name, k).equals(p.get("name"))
+                        || !(sha instanceof String) || !SHA.matcher((String) sha).matches() || bytes(p.get("size")) < 0) {
+                    ok = false;
+                    break;
+                }
+                sum += bytes(p.get("size"));
+            }
+            if (!ok || sum != size) {
+                throw refuse("pieces", "asset '" + name + "' has pieces that are not " + name + ".001, .002 ... in "
+                        + "order (at most " + MAX_PIECES + "), each with its sha256 and size, adding up to the "
+                        + "asset's size");
+            }
+        }
+    }
+
+    /**
+     * A small JSON reader (objects, arrays, strings, numbers, true, false, null): all a manifest has. Bounded as the
+     * contract's rule json says (size, depth, string length): a hostile text cannot exhaust the stack or the heap.
+     */
     static final class Json {
+        private static final Pattern NUMBER = Pattern.compile("-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?");
         private final String s;
         private int i;
 
@@ -754,8 +896,11 @@ public final class QnnModelResolver {
             if (text == null) {
                 throw new IllegalArgumentException("manifest.json: no text");
             }
+            if (text.length() > MAX_MANIFEST_CHARS) {
+                throw refuse("json", text.length() + " characters (at most " + MAX_MANIFEST_CHARS + ")");
+            }
             Json p = new Json(text);
-            Object v = p.value();
+            Object v = p.value(1);
             p.blank();
             if (p.i != p.s.length()) {
                 throw p.error("text after the JSON value");
@@ -764,7 +909,7 @@ public final class QnnModelResolver {
         }
 
         private IllegalArgumentException error(String what) {
-            return new IllegalArgumentException("manifest.json: " + what + " at character " + i);
+            return refuse("json", "not JSON: " + what + " at character " + i);
         }
 
         private void blank() {
@@ -774,12 +919,15 @@ public final class QnnModelResolver {
             }
         }
 
-        private Object value() {
+        private Object value(int depth) {
             blank();
             if (i >= s.length()) {
                 throw error("unexpected end");
             }
             char c = s.charAt(i);
+            if ((c == '{' || c == '[') && depth > MAX_DEPTH) {
+                throw refuse("json", "nested more than " + MAX_DEPTH + " deep");
+            }
             if (c == '{') {
                 Map<String, Object> m = new LinkedHashMap<String, Object>();
                 i++;
@@ -796,7 +944,7 @@ public final class QnnModelResolver {
                     String k = string();
                     blank();
                     expect(':');
-                    m.put(k, value());
+                    m.put(k, value(depth + 1));
                     blank();
                     if (i < s.length() && s.charAt(i) == ',') {
                         i++;
@@ -815,7 +963,7 @@ public final class QnnModelResolver {
                     return l;
                 }
                 while (true) {
-                    l.add(value());
+                    l.add(value(depth + 1));
                     blank();
                     if (i < s.length() && s.charAt(i) == ',') {
                         i++;
@@ -845,15 +993,18 @@ public final class QnnModelResolver {
                 i++;
             }
             String n = s.substring(start, i);
-            try {
-                if (n.indexOf('.') < 0 && n.indexOf('e') < 0 && n.indexOf('E') < 0) {
-                    return Long.valueOf(n);
-                }
-                return Double.valueOf(n);
-            } catch (NumberFormatException e) {
+            if (!NUMBER.matcher(n).matches()) {
                 i = start;
                 throw error("expected a value");
             }
+            if (n.indexOf('.') < 0 && n.indexOf('e') < 0 && n.indexOf('E') < 0) {
+                try {
+                    return Long.valueOf(n);
+                } catch (NumberFormatException e) {
+                    return new java.math.BigInteger(n);  // past a long: a number, but no size or count
+                }
+            }
+            return Double.valueOf(n);
         }
 
         private void expect(char c) {
@@ -873,6 +1024,9 @@ public final class QnnModelResolver {
                 char c = s.charAt(i++);
                 if (c == '"') {
                     return b.toString();
+                }
+                if (b.length() >= MAX_STRING) {
+                    throw refuse("json", "a string longer than " + MAX_STRING + " characters");
                 }
                 if (c != '\\') {
                     b.append(c);
