@@ -124,8 +124,13 @@ class GitHub:
 
     def fail(self, r: requests.Response, what: str) -> PublishError:
         try:
-            msg = r.json().get("message", "")
-        except ValueError:
+            body = r.json()
+            msg = body.get("message", "")
+            # a 422's reasons ("errors": [{"code": "already_exists", "field": "name"}, ...]) are the useful part
+            reasons = [e.get("message") or " ".join(str(e[k]) for k in ("field", "code") if e.get(k))
+                       for e in body.get("errors") or [] if isinstance(e, dict)]
+            msg = f"{msg}: {'; '.join(filter(None, reasons))}" if any(reasons) else msg
+        except (ValueError, AttributeError):
             msg = clip(r.text, 200)
         hint = {401: "the token is missing or invalid: set GITHUB_TOKEN or GH_TOKEN",
                 403: "the token lacks permission (contents: write) for this repository",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import PublishError
 from ..sources.store import sha256_file
+from ..util.text import clip
 from .github import Connection, GitHub
 
 MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
@@ -193,6 +194,8 @@ def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool =
     for part in [*parts, None]:  # the linked parts first: the tag's own release (the manifest) is what clients read
         name = part or tag
         releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
+        if part is not None and releases[part] is not None and not releases[part].get("draft", True):
+            _made_here(gh, releases[part], by_release[part], f"{repo}@{name}", replace)
         _upload_all(gh, releases[part], by_release[part], plan, dry_run, replace, f"{repo}@{name}")
     drafts = [p for p in [*parts, None] if releases[p] is None or releases[p].get("draft", True)]
     if drafts and not dry_run:
@@ -222,9 +225,48 @@ def _part_body(tag: str, k: int, total: int) -> str:
             "qnn-fetch.sh and the Java resolver find them here.")
 
 
+UPLOADED = "uploaded"  # an asset's state once GitHub holds all of it
+
+
+def _existing(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_run: bool) -> dict[str, dict]:
+    """The release's assets by name, once what this release does not make is gone from a draft: an empty asset
+    GitHub left after a failed upload ("When an upstream failure occurs, you will receive a 502 Bad Gateway status.
+    This may leave an empty asset with a state of starter. It can be safely deleted": REST API, "Upload a release
+    asset"), and in a draft nobody sees, an asset its manifest does not list (an interrupted publish of other
+    content, a --replace's temporary name): a release never goes public with assets its SHA256SUMS does not list."""
+    if release is None:
+        return {}
+    wanted = {name for name, _, _, _ in files}
+    existing = {}
+    for a in gh.assets(release["id"]):
+        stale = a.get("state", UPLOADED) != UPLOADED
+        if stale or (release.get("draft", True) and a["name"] not in wanted):
+            plan.add(f"remove {a['name']} from the draft: " + ("an empty asset a failed upload left (state "
+                     f"{a.get('state')})" if stale else "not in this release's manifest"))
+            if not dry_run:
+                gh.delete_asset(a["id"])
+            continue
+        existing[a["name"]] = a
+    return existing
+
+
+def _made_here(gh: GitHub, release: dict, files: Files, where: str, replace: bool) -> None:
+    """A published linked part is resumed only when it holds exactly this release's files for it (a publish of this
+    release stopped after publishing it; with ``replace``, some of them in another version); anything else was made
+    by someone or something else: nothing is uploaded into a public release this publish did not make."""
+    remote = {a["name"]: a for a in gh.assets(release["id"])}
+    mine = {name: digest for name, _, digest, _ in files}
+    if set(remote) != set(mine) or (not replace and any(_digest(gh, remote[n]) != d for n, d in mine.items())):
+        other = sorted(set(remote) - set(mine))
+        raise PublishError(f"{where} is already published with other assets ({len(other)} not in this release's "
+                           f"manifest, {len(set(mine) - set(remote))} missing): publish uploads only into releases "
+                           "it made", hint=f"delete that release (gh release delete {where.split('@', 1)[1]} "
+                           "--cleanup-tag) if it is a leftover, or package and publish under another tag")
+
+
 def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_run: bool, replace: bool,
                 where: str) -> None:
-    existing = {a["name"]: a for a in gh.assets(release["id"])} if release else {}
+    existing = _existing(gh, release, files, plan, dry_run)
     for name, local, digest, ctype in files:
         if name in existing:
             if _digest(gh, existing[name]) == digest:
@@ -234,8 +276,19 @@ def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_
                 raise PublishError(f"{where}: asset {name} is already published with other content",
                                    hint="a published asset is never silently overwritten: pass --replace")
             plan.add(f"replace {name} ({local.stat().st_size} bytes)")
+            full = len(existing) >= MAX_ASSETS
+            if full and not release.get("draft", True):
+                raise PublishError(f"{where}: --replace {name}: the release is published and holds {len(existing)} "
+                                   f"assets, GitHub's limit; a replacement is uploaded before the old version is "
+                                   "removed (clients never see neither), which needs a free slot",
+                                   hint="delete one asset of that release by hand, or publish the change under a "
+                                        "new tag")
             if not dry_run:
-                _replace(gh, release, existing[name], name, local, digest, ctype)
+                if full:  # a draft nobody sees: the old version goes first to make room
+                    gh.delete_asset(existing[name]["id"])
+                    _upload(gh, release, name, local, digest, ctype)
+                else:
+                    _replace(gh, release, existing[name], name, local, digest, ctype)
             continue
         plan.add(f"upload {name} ({local.stat().st_size} bytes)" + (f" to {where.split('@', 1)[1]}"
                                                                      if "-part" in where else ""))
@@ -244,15 +297,20 @@ def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_
 
 
 def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype: str) -> dict:
-    r = gh.upload(release, name, path, ctype)
-    if r.status_code == 201:
-        asset = r.json()
-        if asset.get("digest") and asset["digest"] != f"sha256:{digest}":
-            raise PublishError(f"{name}: GitHub stored a different sha256 ({asset['digest']})")
-        return asset
-    # 422: a name clash; a retried upload whose first attempt was stored before the connection dropped
-    stored = next((a for a in gh.assets(release["id"]) if a["name"] == name), None)
-    if stored is not None and _digest(gh, stored) == digest:
+    for _ in range(3):
+        r = gh.upload(release, name, path, ctype)
+        if r.status_code == 201:
+            asset = r.json()
+            if asset.get("digest") and asset["digest"] != f"sha256:{digest}":
+                raise PublishError(f"{name}: GitHub stored a different sha256 ({asset['digest']})")
+            return asset
+        # 422: a name clash; a retried upload whose first attempt was stored before the connection dropped, or the
+        # empty "starter" asset a 502 left (safe to delete, GitHub says): deleted, and the upload tried again
+        stored = next((a for a in gh.assets(release["id"]) if a["name"] == name), None)
+        if stored is None or stored.get("state", UPLOADED) == UPLOADED:
+            break
+        gh.delete_asset(stored["id"])
+    if stored is not None and stored.get("state", UPLOADED) == UPLOADED and _digest(gh, stored) == digest:
         return stored
     raise gh.fail(r, f"upload {name}")
 
@@ -273,6 +331,8 @@ def _check_complete(gh: GitHub, release: dict, files: Files) -> None:
     remote = {a["name"]: a for a in gh.assets(release["id"])}
     missing = [n for n, _, _, _ in files if n not in remote]
     wrong = [n for n, _, d, _ in files if n in remote and _digest(gh, remote[n]) != d]
-    if missing or wrong:
-        raise PublishError(f"release {release['id']} stays a draft: missing {missing}, different {wrong}",
+    extra = sorted(set(remote) - {n for n, _, _, _ in files}) if release.get("draft", True) else []
+    if missing or wrong or extra:
+        raise PublishError(f"release {release['id']} stays a draft: missing {clip(missing, 200)}, different "
+                           f"{clip(wrong, 200)}, not in its manifest {clip(extra, 200)}",
                            hint="run publish again: it resumes")

@@ -14,7 +14,12 @@ and secondary-rate-limit 403 with ``retry-after`` (REFERENCE.md 7), a connection
 answer (``drop``), after storing an upload (``drop-after-store``) or after half a download's body
 (``drop-mid-body``), a corrupted download (``corrupt``), and an asset that a listing no longer shows
 after it was stored (``lose``) or whose stored bytes changed (``alter``); ``skip`` lets the first
-matching requests through.
+matching requests through. ``502-starter`` is the failure GitHub documents for uploads (REST API, "Upload a release
+asset": "When an upstream failure occurs, you will receive a 502 Bad Gateway status. This may leave an empty asset
+with a state of starter. It can be safely deleted"): the upload answers 502 and leaves an empty asset of that name
+with ``state: "starter"`` and no digest, which the listing shows, a second upload of the name meets as
+``already_exists``, and a download answers 404 (it has no content); a deletion removes it. Every other asset has
+``state: "uploaded"`` (REST API, "Get a release asset").
 """
 
 from __future__ import annotations
@@ -104,9 +109,10 @@ class Handler(BaseHTTPRequestHandler):
     def _asset_json(self, aid: int) -> dict:
         a = self.st.assets[aid]
         rel = self.st.releases[a["release"]]
+        starter = a.get("state") == "starter"
         return {"id": aid, "name": a["name"], "label": a["label"], "size": len(a["data"]),
-                "content_type": a["content_type"], "state": "uploaded",
-                "digest": "sha256:" + hashlib.sha256(a["data"]).hexdigest(),
+                "content_type": a["content_type"], "state": a.get("state", "uploaded"),
+                "digest": None if starter else "sha256:" + hashlib.sha256(a["data"]).hexdigest(),
                 "url": f"{self.base}/repos/{rel['repo']}/releases/assets/{aid}",
                 "browser_download_url": f"{self.base}/{rel['repo']}/releases/download/{rel['tag_name']}/{a['name']}"}
 
@@ -258,6 +264,9 @@ class Handler(BaseHTTPRequestHandler):
                 aid = st.new_id()
                 st.assets[aid] = {"release": rid, "name": name, "label": query.get("label", [None])[0],
                                   "data": data, "content_type": self.headers["Content-Type"]}
+                if fault and fault["action"] == "502-starter":
+                    st.assets[aid].update(data=b"", state="starter")
+                    return self._send(502, {"message": "Bad Gateway"})
                 if fault and fault["action"] == "drop-after-store":
                     self.close_connection = True
                     self.connection.shutdown(2)
@@ -285,13 +294,14 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(302, b"", {"Location": f"{self.base}/_storage/{aid}"})
                 return self._send(200, self._asset_json(aid))
             m = re.fullmatch(r"/_storage/(\d+)", path)
-            if m and int(m[1]) in st.assets:
+            if m and int(m[1]) in st.assets and st.assets[int(m[1])].get("state") != "starter":
                 return self._serve_bytes(st.assets[int(m[1])]["data"], fault)
             m = re.fullmatch(r"/([^/]+/[^/]+)/releases/download/([^/]+)/([^/]+)", path)
             if m and self.command == "GET":
                 for a in st.assets.values():
                     rel = st.releases[a["release"]]
-                    if rel["repo"] == m[1] and rel["tag_name"] == m[2] and a["name"] == m[3] and not rel["draft"]:
+                    if rel["repo"] == m[1] and rel["tag_name"] == m[2] and a["name"] == m[3] and not rel["draft"] \
+                            and a.get("state") != "starter":
                         return self._serve_bytes(a["data"], fault)
                 return self._send(404, b"Not Found")
         return self._send(404, {"message": f"no route {self.command} {path}"})
