@@ -22,6 +22,9 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
 - ``${{ ... }}`` expressions are looked up in a flat context (``matrix.soc``, ``runner.temp``,
   ``secrets.GITHUB_TOKEN``, ``needs.image.outputs.pinned`` ...); an unknown one fails the test, so a
   template that starts using a new expression must be taught here first.
+- ``actions/checkout`` with ``repository`` and ``ref`` (a repository that adopted qnn-release checks the tool out at
+  its pinned commit, ``path: .qnn-release-tool``) copies the local folder ``tools["OWNER/NAME@REF"]`` standing in
+  for that commit (an unknown pin fails the test); ``qnn-release`` then runs from that copy.
 Steps that install the toolkit (``pip install -e .``) are skipped: the test's interpreter has it.
 """
 
@@ -39,6 +42,7 @@ from pathlib import Path
 import yaml
 
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+TOOL_DIR = ".qnn-release-tool"  # ci_tools.workflows.render.TOOL_DIR
 COPY = ("pyproject.toml", "README.md", "ci_tools", "templates", "Dockerfile-2.40")
 
 
@@ -52,6 +56,7 @@ class Runner:
     attested: dict[str, str] = field(default_factory=dict)  # file name -> sha256 of each attestation subject
     log: list[str] = field(default_factory=list)
     runs: int = 0
+    tools: dict[str, Path] = field(default_factory=dict)  # OWNER/NAME@REF -> a local checkout standing in for it
 
     def job(self, workflow: Path, job_id: str, matrix: dict | None = None, extra_env: dict | None = None
             ) -> bool | None:
@@ -95,12 +100,13 @@ class Runner:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _checkout(self, dest: Path) -> None:
+    def _checkout(self, dest: Path, repo: Path | None = None) -> None:
+        repo = repo or self.repo
         dest.mkdir(parents=True)
-        for name in os.listdir(self.repo):
-            if name in (".git", ".venv", "dist") or name.startswith(".pytest"):
+        for name in os.listdir(repo):
+            if name in (".git", ".venv", "dist", "release_notes") or name.startswith(".pytest"):
                 continue
-            src = self.repo / name
+            src = repo / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
 
     def _expand(self, value: object, ctx: dict[str, str], missing: str | None = None) -> str:
@@ -120,6 +126,12 @@ class Runner:
     def _step(self, step: dict, job: dict, ctx: dict[str, str], cwd: Path, extra_env: dict) -> bool:
         uses = step.get("uses", "")
         args = {k: self._expand(v, ctx) for k, v in (step.get("with") or {}).items()}
+        if uses.startswith("actions/checkout@") and args.get("repository"):
+            pin = f"{args['repository']}@{args.get('ref')}"
+            if pin not in self.tools:
+                raise AssertionError(f"checkout of {pin}: no local stand-in for that repository and commit")
+            self._checkout(cwd / args["path"], self.tools[pin])
+            return True
         if uses.startswith("actions/checkout@"):
             return True  # the job folder is already a fresh checkout
         if uses.startswith("actions/setup-python@"):
@@ -136,7 +148,9 @@ class Runner:
         if re.match(r"^python3? -m pip install", script):
             return True
         env = {**os.environ, **self.env, **extra_env, "CI": "true", "GITHUB_ACTIONS": "true",
-               "PATH": f"{self.work / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd)}
+               "PATH": f"{self.work / 'bin'}{os.pathsep}{os.environ['PATH']}",
+               # the pinned tool's checkout when the repository adopted qnn-release, else the repository itself
+               "PYTHONPATH": str(cwd / TOOL_DIR if (cwd / TOOL_DIR).is_dir() else cwd)}
         for scope in (job.get("env") or {}, step.get("env") or {}):
             env.update({k: self._expand(v, ctx) for k, v in scope.items()})
         self._shim()

@@ -184,6 +184,32 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+    from ..matrix.schema import load_matrix
+    from ..release.clients import FETCH_SH, render_clients
+    from ..workflows.adopt import init, upgrade
+    from ..workflows.render import render_all, write
+
+    root = args.root.resolve()
+    matrix = root / "matrix" / "models.yaml"
+    if args.upgrade:
+        if not matrix.is_file():
+            raise UsageError(f"{matrix}: no matrix to upgrade", hint="adopt first: qnn-release init")
+        upgrade(matrix, args.tool, args.version)
+    else:
+        init(root, args.tool, args.version)
+    loaded = load_matrix(matrix)
+    written = write(root, {**render_all(loaded), **render_clients(loaded.catalog)})
+    (root / FETCH_SH).chmod(0o755)
+    tool = loaded.matrix.tool
+    print(f"{'upgraded' if args.upgrade else 'adopted'}: {matrix.relative_to(root)} pins {tool.repository}@"
+          f"{tool.ref[:12]}{f' ({tool.version})' if tool.version else ''}; wrote {len(written)} file(s) under "
+          ".github/workflows and clients/\nnext: add your models to matrix/models.yaml, `qnn-release render`, commit, "
+          "push; the first push proposes the SDK pins (sdk-pin.yaml)")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..catalog.socs import UnknownSocError, load_catalog
     from ..compile.inspection import inspect, render_text
@@ -375,6 +401,16 @@ def _catalog_and_matrix_commands(sub) -> None:
     p.add_argument("--check", action="store_true", help="fail with a diff when committed generated files are stale")
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("init", help="adopt qnn-release in a repository of your own: a starter matrix pinned to one "
+                       "commit of qnn-release, the workflows and clients rendered from it, no source of qnn-release; "
+                       "--upgrade moves the pin")
+    p.add_argument("--root", type=Path, default=Path("."), help="the repository (default: the current folder)")
+    p.add_argument("--tool", metavar="OWNER/NAME@COMMIT", help="the qnn-release commit the workflows check out "
+                   "(default: this qnn-release checkout's GitHub remote and HEAD)")
+    p.add_argument("--version", help="the release tag that commit is (shown in the workflows and the upgrade)")
+    p.add_argument("--upgrade", action="store_true", help="move the pin of an adopted repository, render again")
+    p.set_defaults(func=cmd_init)
 
 
 def _new_model_and_image_commands(sub) -> None:

@@ -467,10 +467,24 @@ class Release(_Frozen):
                                  "(<name>.001 ...) that clients join and check")
 
 
+class Tool(_Frozen):
+    """Where the rendered workflows get qnn-release: absent, this repository itself (qnn-release's own, or a copy of
+    it); set (by `qnn-release init`), one pinned commit of the qnn-release repository, checked out beside the
+    user's files: the one place an upgrade changes."""
+
+    repository: str = Field(pattern=r"^[\w.-]+/[\w.-]+$", description="the qnn-release repository (OWNER/NAME)")
+    ref: Commit = Field(description="the full commit sha the workflows check out (a tag can be moved; a commit "
+                        "cannot)")
+    version: str | None = Field(default=None, description="the release tag that commit is, for people and for "
+                                "the upgrade pull request's title")
+
+
 class Matrix(_Frozen):
     version: Literal[1]
     sdk: Sdk
     release: Release = Release()
+    tool: Tool | None = Field(default=None, description="qnn-release at a pinned commit (a repository that adopted "
+                              "it with `qnn-release init`); absent: this repository is qnn-release itself")
     models: list[Model] = Field(min_length=1)
 
     def model(self, name: str) -> Model:
@@ -659,8 +673,18 @@ def _parts_errors(src: PartsSource, i: int) -> tuple[Loc, str, str | None] | Non
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 
 
+def default_matrix() -> Path:
+    """``matrix/models.yaml`` of the repository the command runs in (the nearest folder from the working directory
+    up that has one: a repository that adopted qnn-release), else qnn-release's own demo matrix."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "matrix" / "models.yaml").is_file():
+            return folder / "matrix" / "models.yaml"
+    return DEFAULT_MATRIX
+
+
 def load_matrix(path: Path | str | None = None, catalog: Catalog | None = None) -> LoadedMatrix:
-    path = Path(path) if path is not None else DEFAULT_MATRIX
+    path = Path(path) if path is not None else default_matrix()
     catalog = catalog or load_catalog()
     data, lines = load_with_lines(path, "matrix file")
     if not isinstance(data, dict):

@@ -58,6 +58,21 @@ def _header(template: str) -> str:
             f"# Change the matrix or the template, then run `qnn-release render`.")
 
 
+TOOL_DIR = ".qnn-release-tool"  # where a pinned qnn-release is checked out, beside the user's files
+
+
+def tool_context(tool) -> dict:
+    """How the templates reach qnn-release: from this repository (``tool`` None: ``-e .``, its constraints.txt and
+    Dockerfile), or from the pinned commit checked out in ``TOOL_DIR`` (``-e .qnn-release-tool``, its files)."""
+    prefix = "" if tool is None else f"{TOOL_DIR}/"
+
+    def src(extras: str = "") -> str:
+        where = prefix.rstrip("/") or "."
+        return f"'{where}[{extras}]'" if extras else where
+
+    return {"tool": tool, "tool_dir": prefix, "tool_path": TOOL_DIR, "src": src}
+
+
 def check_names(loaded: LoadedMatrix) -> None:
     """A model name that cannot be part of a GitHub job id or file name, refused with the model named."""
     for i, model in enumerate(loaded.matrix.models):
@@ -126,7 +141,7 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
 
     m = loaded.matrix
     check_names(loaded)
-    common = {"actions": _actions()}
+    common = {"actions": _actions(), **tool_context(m.tool)}
     files: dict[Path, str] = {}
     targets = plan(loaded)
     shard_count, run_jobs = 1, 5  # image, device numbers, package, attest, publish
