@@ -184,6 +184,23 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_changed(args: argparse.Namespace) -> int:
+    from ..matrix.schema import load_matrix
+    from ..workflows.changes import changed_models, github_output
+    from ..workflows.jobs import MAX_JOBS
+
+    loaded = load_matrix(args.matrix)
+    changes = changed_models(loaded.root, loaded.path, args.base)
+    print(f"{changes.why}", file=sys.stderr)
+    for name in changes.models:
+        print(name)
+    if args.github_output:
+        shards = max(1, -(-len(loaded.matrix.models) // MAX_JOBS))  # as render shards main.yaml's matrices
+        with open(args.github_output, "a") as f:
+            f.write(github_output(changes, shards, MAX_JOBS))
+    return 0
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..matrix.schema import load_matrix
@@ -401,6 +418,14 @@ def _catalog_and_matrix_commands(sub) -> None:
     p.add_argument("--check", action="store_true", help="fail with a diff when committed generated files are stale")
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("changed", help="the models a push from BASE to HEAD builds again (their entry, their "
+                       "files, or what every model is made from changed); main.yaml's export matrices read it")
+    _matrix_arg(p)
+    p.add_argument("--base", required=True, help="the commit before the push (github.event.before)")
+    p.add_argument("--github-output", metavar="FILE", help="append models1 ... modelsN (JSON lists of at most 256, "
+                   "one per export matrix of main.yaml) and count to FILE ($GITHUB_OUTPUT)")
+    p.set_defaults(func=cmd_changed)
 
     p = sub.add_parser("init", help="adopt qnn-release in a repository of your own: a starter matrix pinned to one "
                        "commit of qnn-release, the workflows and clients rendered from it, no source of qnn-release; "

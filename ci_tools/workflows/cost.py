@@ -53,6 +53,10 @@ class Estimate:
     releases: int
     publish_minutes: float
     publish_runs: int
+    models: int = 0
+    edit_minutes: float = 0.0  # a push editing one model (main.yaml: changes, image, its precompile and smoke)
+    all_minutes: float = 0.0  # a push changing what every model is made from (SDK, tool pin, qnn-release's source)
+    smoke_minutes: float = 0.0  # the SDK image's pull-request smoke test: one chip per model, in one job
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -142,7 +146,13 @@ def estimate(loaded: LoadedMatrix, targets, concurrency: int = 20, measured: dic
     files = archives + 2 + RESERVED  # the archives, qnn-libs and qnn-include, the tag's own files
     releases = 1 if files <= limit else 1 + math.ceil((files - limit) / limit)
     publish = next(j.minutes for j in jobs if j.name == "publish")
-    return Estimate(publish_minutes=round(publish, 1), publish_runs=math.ceil(publish / JOB_MAX_MIN),
+    models = len(by_model(targets))
+    per_model = 2 * JOB_OVERHEAD_MIN + PRECOMPILE_MIN + TARGET_MIN  # its precompile and its one-chip smoke
+    fixed = JOB_OVERHEAD_MIN + TAIL_MIN["image"]  # the changes job and the image job (found in the registry)
+    return Estimate(models=models, edit_minutes=round(fixed + per_model, 1),
+                    all_minutes=round(fixed + models * per_model, 1),
+                    smoke_minutes=round(TAIL_MIN["image"] + models * (PRECOMPILE_MIN + TARGET_MIN), 1),
+                    publish_minutes=round(publish, 1), publish_runs=math.ceil(publish / JOB_MAX_MIN),
                     jobs=len(jobs), compile_jobs=len(compile_jobs), matrices=matrices,
                     runner_minutes=round(sum(j.minutes for j in jobs), 1),
                     wall_minutes=round(simulate(jobs, concurrency), 1),
@@ -165,6 +175,7 @@ def render_text(e: Estimate) -> str:
         f"publishing them takes about {e.publish_minutes:,.0f} min at GitHub's {UPLOADS_PER_HOUR} uploads per hour"
         + (f", more than a job's 6 h: run publish {e.publish_runs} times (each run resumes; nothing is visible "
            "before the last)" if e.publish_runs > 1 else ""),
+        *recurring_text(e),
         "not counted: queueing for runners, GitHub outages, cache misses; GitHub cancels a job after 6 h and a run "
         "after 35 days",
     ]
@@ -172,3 +183,32 @@ def render_text(e: Estimate) -> str:
         lines.append("over GitHub's 50,000 jobs per run (check runs per check suite): `render` refuses it; release "
                      "the catalogue from several matrices")
     return "\n".join(lines)
+
+
+# GitHub's included minutes and storage per month for private repositories (docs, Actions limits / "About billing
+# for GitHub Actions"): (plan, storage, minutes); standard GitHub-hosted runners are free for public repositories
+PLANS = (("Free", "500 MB", 2000), ("Pro", "1 GB", 3000), ("Team", "2 GB", 3000), ("Enterprise Cloud", "50 GB", 50000))
+
+
+def recurring_text(e: Estimate) -> list[str]:
+    """What every edit costs, beside a release: the push, the SDK change, GitHub's per-run matrix limit, billing."""
+    smoke = (f"the SDK image's pull-request smoke test (only when the image is new: its SDK pins or Dockerfile "
+             f"changed): one job compiling one chip of each of the {e.models} model(s) in turn, about "
+             f"{e.smoke_minutes:,.0f} min")
+    if e.smoke_minutes > JOB_MAX_MIN:
+        fit = JOB_MAX_MIN // (PRECOMPILE_MIN + TARGET_MIN)
+        smoke += (f", over a job's 6 h: GitHub cancels it before it ends (about {fit:.0f} models fit); a bump then "
+                  "rests on sdk-bump.yaml's builds")
+    plans = ", ".join(f"{name} {minutes:,} min and {storage}" for name, storage, minutes in PLANS)
+    return [
+        f"per push to main (main.yaml builds only what changed, `qnn-release changed`): editing one model is 4 jobs, "
+        f"about {e.edit_minutes:,.0f} runner minutes; changing the SDK, the tool's pin or qnn-release's source is "
+        f"every model's precompile and smoke, {2 + 2 * e.models:,} jobs, about {e.all_minutes:,.0f} runner minutes",
+        smoke,
+        f"GitHub allows 256 jobs per matrix per workflow run: render splits each model's compile jobs into matrices "
+        f"jobs1 ... jobsN and the models into export matrices of at most 256 ({math.ceil(e.models / MAX_JOBS)} here); "
+        "a run stays under GitHub's 50,000 jobs or render refuses it",
+        f"private repositories: minutes and artifact storage count against the plan per month ({plans}); a release "
+        f"here is {e.runner_minutes / 2000:.0%} of the Free plan's minutes; public repositories: standard runners are "
+        "free",
+    ]

@@ -1,0 +1,91 @@
+"""``qnn-release changed``: which models a push has to build again, so main.yaml's cost follows the edit, not the
+catalogue.
+
+A model is built again when its own matrix entry changed (or it is new), when a file its ``path`` source or samples
+read changed, or when something every model is made from changed: the ``sdk`` block, the ``tool:`` pin, the chip
+catalog, and in qnn-release's own repository its source (``ci_tools/``, ``templates/``, the Dockerfile, the
+constraints). An unknown base (a new branch, a shallow history that lacks it, an unreadable old matrix) rebuilds
+every model and says why: never fewer than needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..util import cmd
+
+# qnn-release's own sources: a change here can change every model's binaries (the prepare code, the templates)
+EVERYTHING = ("ci_tools/", "templates/", "Dockerfile-2.40", "pyproject.toml", "constraints.txt", "matrix/socs.yaml")
+
+
+@dataclass(frozen=True)
+class Changes:
+    models: list[str]  # sorted
+    why: str  # one line: what made them
+
+
+def _git(root: Path, *argv: str) -> str | None:
+    r = cmd.run(["git", "-C", str(root), *argv], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def _entries(text: str | None) -> tuple[dict | None, dict[str, dict]]:
+    """(the matrix without its models, model name -> entry), or (None, {}) when it is not a matrix."""
+    try:
+        data = yaml.safe_load(text) if text is not None else None
+    except yaml.YAMLError:
+        return None, {}
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        return None, {}
+    rest = {k: v for k, v in data.items() if k not in ("models", "release")}  # release: no binary changes
+    return rest, {m.get("name"): m for m in data["models"] if isinstance(m, dict)}
+
+
+def _reads(entry: dict) -> list[str]:
+    """The repository paths a model entry's ``path`` sources read (its model and its samples)."""
+    out = []
+    for key in ("source", "samples"):
+        src = entry.get(key)
+        src = src.get("source", src) if key == "samples" and isinstance(src, dict) else src
+        for s in (src.get("sources") or [src]) if isinstance(src, dict) else []:
+            if isinstance(s, dict) and s.get("kind") == "path" and isinstance(s.get("path"), str):
+                out.append(s["path"].rstrip("/"))
+    return out
+
+
+def changed_models(root: Path, matrix: Path, base: str | None) -> Changes:
+    """The models a push from ``base`` to HEAD builds again (``root``: the repository; ``matrix``: its matrix)."""
+    rel = matrix.resolve().relative_to(root.resolve()).as_posix()
+    rest, now = _entries(matrix.read_text())
+    everyone = sorted(now)
+    if not base or set(base) == {"0"}:
+        return Changes(everyone, "no earlier commit to compare with (a new branch): every model")
+    paths = _git(root, "diff", "--name-only", base, "HEAD")
+    old_rest, old = _entries(_git(root, "show", f"{base}:{rel}"))
+    if paths is None or old_rest is None:
+        return Changes(everyone, f"commit {base[:12]} or its {rel} cannot be read here (fetch it): every model")
+    changed = [p for p in paths.splitlines() if p]
+    if rest != old_rest:
+        return Changes(everyone, f"{rel}: the sdk or tool pin changed: every model")
+    own = (root / "ci_tools").is_dir()  # qnn-release's own repository: its source makes every model
+    hit = next((p for p in changed if own and p.startswith(EVERYTHING)), None)
+    if hit:
+        return Changes(everyone, f"{hit} changed (qnn-release's own source): every model")
+    picked = [name for name, entry in now.items() if old.get(name) != entry
+              or any(p == r or p.startswith(r + "/") for r in _reads(entry) for p in changed)]
+    return Changes(sorted(picked), f"{len(picked)} of {len(now)} model(s) changed since {base[:12]}"
+                   + (f": {', '.join(sorted(picked)[:5])}{' ...' if len(picked) > 5 else ''}" if picked else ""))
+
+
+def github_output(changes: Changes, shards: int, per_shard: int) -> str:
+    """``models1`` ... ``models<shards>``: the changed models as JSON lists of at most ``per_shard`` each (what
+    main.yaml's export matrices read; an empty list skips its job), and ``count``."""
+    import json
+
+    lists = [changes.models[i * per_shard:(i + 1) * per_shard] for i in range(shards)]
+    if sum(map(len, lists)) != len(changes.models):
+        raise ValueError(f"{len(changes.models)} models do not fit {shards} matrices of {per_shard}")
+    return "".join(f"models{i + 1}={json.dumps(x)}\n" for i, x in enumerate(lists)) + f"count={len(changes.models)}\n"
