@@ -101,8 +101,10 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     assert {"Dockerfile-2.40", "pyproject.toml", "ci_tools/**", "templates/**"} <= set(main[True]["push"]["paths"])
     smoke_step = docker["jobs"]["image"]["steps"][-1]
     assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
-    # a pull request that does not change the image is smoke-tested too, in the image the registry has
-    assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": "sha256:c"})
+    # a pull request that does not change the image (one adding a model: its tag is in the registry) is not: every
+    # model compiled in one job passes GitHub's 6 h at about 30 models (#43); main.yaml builds what a push changed
+    assert not evaluate(smoke_step["if"], {"github.event_name": "pull_request",
+                                           "steps.exists.outputs.digest": "sha256:c"})
     assert '"${REF}${DIGEST:+@$DIGEST}"' in smoke_step["run"]
     assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump.yaml").read_text())
