@@ -230,34 +230,44 @@ function pp(l,   i, p) {
     return p
 }
 function fail(r, m) { if (badr == "") { badr = r; badm = m }; exit }
+# strict JSON, one state at a time: st is what may come next (v: a value; v]: a value or ]; k}: a key or };
+# k: a key; ":": a colon; ",": a comma or the closing bracket)
+function value() { if (st != "v" && st != "v]") fail("json", "not JSON: a value where none may be") }
 function item() { if (d > 0 && type[d] == "a") cnt[pp(d - 1)] = idx[d] + 1 }
 function scalar(x, q,   p) {
+    value()
     if (d == 0) fail("json", "not a JSON object")
     if (!q && x !~ /^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?|true|false|null)$/) fail("json", "not JSON")
+    if (!q && length(x) > MAXN) fail("json", "a number longer than " MAXN " characters")
     item(); p = pp(d); v[p] = x; if (q) sq[p] = 1
+    st = ","
 }
 function opened(t) {
-    if (done) fail("json", "not JSON (text after the object)")
+    value()
     if (d == 0 && t != "o") fail("json", "not a JSON object")
-    item(); kind[pp(d)] = t; d++; type[d] = t; key[d] = ""; idx[d] = 0; ek = (t == "o")
+    item(); kind[pp(d)] = t; d++; type[d] = t; key[d] = ""; idx[d] = 0; oid[d] = ++objects
     if (d > MAXD) fail("json", "nested more than " MAXD " deep")
+    st = (t == "o") ? "k}" : "v]"
 }
 function closed(t) {
-    if (d == 0 || type[d] != t) fail("json", "not JSON")
-    d--; ek = 0; if (d == 0) done = 1
+    if (d == 0 || type[d] != t || (st != "," && st != (t == "o" ? "k}" : "v]"))) fail("json", "not JSON")
+    d--; st = (d == 0) ? "end" : ","
 }
-function outside(s,   i, c, tok) {
+function outside(s,   i, n, c, tok) {
+    gsub(/[ \t\r\n]+/, " ", s)
+    n = length(s)
+    if (n > MAXG) fail("json", "more than " MAXG " characters between two strings")
     tok = ""
-    for (i = 1; i <= length(s); i++) {
+    for (i = 1; i <= n; i++) {
         c = substr(s, i, 1)
-        if (index("[]{}:, \t\r\n", c) == 0) { tok = tok c; continue }
+        if (index("[]{}:, ", c) == 0) { tok = tok c; continue }
         if (tok != "") { scalar(tok, 0); tok = "" }
         if (c == "{") opened("o")
         else if (c == "[") opened("a")
         else if (c == "}") closed("o")
         else if (c == "]") closed("a")
-        else if (c == ":") ek = 0
-        else if (c == ",") { if (type[d] == "a") idx[d]++; else ek = 1 }
+        else if (c == ":") { if (st != ":") fail("json", "not JSON"); st = "v" }
+        else if (c == ",") { if (st != "," || d == 0) fail("json", "not JSON"); if (type[d] == "a") { idx[d]++; st = "v" } else st = "k" }
     }
     if (tok != "") scalar(tok, 0)
 }
@@ -265,7 +275,7 @@ function hex(h,   k, x, c) {
     x = 0
     for (k = 1; k <= 4; k++) {
         c = index("0123456789abcdef", tolower(substr(h, k, 1)))
-        if (c == 0) return "?"
+        if (c == 0) fail("json", "not JSON: a \\u escape without four hex digits")
         x = x * 16 + c - 1
     }
     return (x >= 32 && x < 127) ? sprintf("%c", x) : "?"
@@ -278,6 +288,7 @@ function unescape(s,   out, i, c) {
         if (c == "u") { out = out hex(substr(s, i + 2, 4)); s = substr(s, i + 6); continue }
         if (c == "n") c = "\n"; else if (c == "t") c = "\t"; else if (c == "r") c = "\r"
         else if (c == "b") c = "\b"; else if (c == "f") c = "\f"
+        else if (c != "\"" && c != "\\" && c != "/") fail("json", "not JSON: an escape JSON does not have")
         out = out c
         s = substr(s, i + 2)
     }
@@ -288,10 +299,10 @@ function refuse(r, m) { print "bad\t" r "\t" m; exit }
 function isnull(p) { return (p in v) && !(p in sq) && v[p] == "null" }
 function given(p) { return (p in kind) || ((p in v) && !isnull(p)) }
 function text(p) { return (p in sq) ? v[p] : "" }
-function sha(x) { return length(x) == 64 && x !~ /[^0-9a-f]/ }
+function sha(p) { return (p in sq) && length(v[p]) == 64 && v[p] !~ /[^0-9a-f]/ }
 function bytes(p) {  # an integer from 0 to MAXB, or -1
-    if (!(p in v) || (p in sq) || v[p] !~ /^(0|[1-9][0-9]*)$/ || length(v[p]) > 16 || v[p] + 0 > MAXB) return -1
-    return v[p] + 0
+    if (!(p in v) || (p in sq) || v[p] !~ /^-?(0|[1-9][0-9]*)$/ || length(v[p]) > 16 || v[p] + 0 > MAXB) return -1
+    return v[p] + 0 < 0 ? -1 : v[p] + 0
 }
 function version(x,   n, q, k) {
     if (x !~ /^[0-9]+(\.[0-9]+)+$/) return 0
@@ -301,7 +312,7 @@ function version(x,   n, q, k) {
 }
 function check(p, j,   name, size, n, k, q, sum) {
     name = text(p SUBSEP "name")
-    if (kind[p] != "o" || name !~ /^[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2$/ || (name in seen) || !sha(v[p SUBSEP "sha256"]))
+    if (kind[p] != "o" || name !~ /^[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.bz2$/ || (name in seen) || !sha(p SUBSEP "sha256"))
         refuse("name", "asset " (name == "" ? "None" : "'\''" name "'\''") " has no plain .tar.bz2 name, is listed twice, or has no sha256")
     seen[name] = 1
     size = bytes(p SUBSEP "size")
@@ -312,7 +323,7 @@ function check(p, j,   name, size, n, k, q, sum) {
         if (kind[q] != "a" || n < 1 || n > MAXPC) sum = -1
         for (k = 0; k < n && sum >= 0; k++) {
             if (kind[q SUBSEP k] != "o" || text(q SUBSEP k SUBSEP "name") != name "." sprintf("%03d", k + 1) \
-                || !sha(v[q SUBSEP k SUBSEP "sha256"]) || bytes(q SUBSEP k SUBSEP "size") < 0) sum = -1
+                || !sha(q SUBSEP k SUBSEP "sha256") || bytes(q SUBSEP k SUBSEP "size") < 0) sum = -1
             else sum += bytes(q SUBSEP k SUBSEP "size")
         }
         if (sum != size) refuse("pieces", "asset '\''" name "'\'' has pieces that are not " name ".001, .002 ... in order (at most " MAXPC "), each with its sha256 and size, adding up to the asset'\''s size")
@@ -324,20 +335,24 @@ function check(p, j,   name, size, n, k, q, sum) {
         || (given(p SUBSEP "qnn_runtime") && !version(text(p SUBSEP "qnn_runtime")))))
         refuse("model", "model asset '\''" name "'\'' has no precision or sdk_version, or a qnn_runtime that is not a version")
 }
-BEGIN { RS = "\""; d = 0; ins = 0; buf = ""; badr = "" }
+BEGIN { RS = "\""; d = 0; ins = 0; buf = ""; badr = ""; st = "v"; ctl = sprintf("[%c-%c]", 1, 31) }
 {
     if (!ins) { outside($0); ins = 1; next }
     if (length(buf) + length($0) > 6 * MAXS + 6) fail("json", "a string longer than " MAXS " characters")
+    if ($0 ~ ctl) fail("json", "not JSON: a control character in a string")
     nb = 0
     while (nb < length($0) && substr($0, length($0) - nb, 1) == "\\") nb++
     if (nb % 2 == 1) { buf = buf $0 "\""; next }
     s = unescape(buf $0); buf = ""; ins = 0
     if (length(s) > MAXS) fail("json", "a string longer than " MAXS " characters")
-    if (d > 0 && type[d] == "o" && ek) { key[d] = s; ek = 0 } else scalar(s, 1)
+    if (st == "k}" || st == "k") {
+        if ((oid[d], s) in keys) fail("json", "not strict JSON: a key listed twice in one object")
+        keys[oid[d], s] = 1; key[d] = s; st = ":"
+    } else scalar(s, 1)
 }
 END {
     if (badr != "") refuse(badr, badm)
-    if (!done || d != 0) refuse("json", "not JSON, or nested too deep")
+    if (st != "end") refuse("json", "not JSON, or nested too deep")
     if (given("manifest_version") && ((("manifest_version") in sq) || (v["manifest_version"] != "1" && v["manifest_version"] != "2")))
         refuse("version", "manifest_version " v["manifest_version"] "; this script reads 1 and 2")
     if (given("tag") && v["tag"] != tag) refuse("tag", "it says tag '\''" v["tag"] "'\'', but was read from " tag)
@@ -363,7 +378,7 @@ END {
         if (m != model) continue
         known = 1
         ok = (v[p SUBSEP "soc"] == chip)
-        for (j = 0; !ok && ((p SUBSEP "soc_aliases" SUBSEP j) in v); j++)
+        for (j = 0; !ok && j < cnt[p SUBSEP "soc_aliases"] + 0; j++)
             if (v[p SUBSEP "soc_aliases" SUBSEP j] == tolower(chip)) ok = 1
         if (!ok || (precision != "" && v[p SUBSEP "precision"] != precision)) continue
         r = rank(v[p SUBSEP "precision"])
@@ -388,9 +403,9 @@ END {
     print (rel == "null" ? "" : rel); print (lrel == "null" ? "" : lrel)
     print v[best SUBSEP "size"]; print (libs == "" ? "" : v[libs SUBSEP "size"])
     print (given(best SUBSEP "qnn_runtime") ? v[best SUBSEP "qnn_runtime"] : "")
-    for (j = 0; (best SUBSEP "pieces" SUBSEP j SUBSEP "name") in v; j++)
+    for (j = 0; j < cnt[best SUBSEP "pieces"] + 0; j++)
         print "p\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "sha256"] "\t" v[best SUBSEP "pieces" SUBSEP j SUBSEP "size"]
-    for (j = 0; libs != "" && (libs SUBSEP "pieces" SUBSEP j SUBSEP "name") in v; j++)
+    for (j = 0; libs != "" && j < cnt[libs SUBSEP "pieces"] + 0; j++)
         print "l\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "name"] "\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "sha256"] "\t" v[libs SUBSEP "pieces" SUBSEP j SUBSEP "size"]
 }'
 
@@ -427,6 +442,9 @@ qf_get() {
 # URL FILE LIMIT: as qf_get, writing at most LIMIT bytes (ulimit -f, in 512-byte blocks, then the exact size);
 # 45: the server sent more than LIMIT
 qf_get_bounded() {
+    case $3 in
+        ''|*[!0-9]*) qf_die 9 "$1: no size to bound the download by (rule size)" ;;
+    esac
     ( ulimit -f $(($3 / 512 + 1)) 2>/dev/null; qf_get "$1" "$2" )
     qf_rc=$?
     if [ -f "$2" ] && [ "$(wc -c <"$2")" -gt "$3" ]; then
@@ -447,6 +465,7 @@ qf_download() {
         qf_rc=$?
         if [ "$qf_rc" -eq 45 ]; then
             rm -f "$3.part"
+            [ "$1" != manifest.json ] || qf_die 9 "$QF_RELEASE: manifest.json: more than $5 bytes (rule json)"
             qf_die 4 "$1: the server sent more than the $5 bytes declared for it; nothing was kept ($qf_url)"
         fi
         if [ "$qf_rc" -eq 0 ]; then
@@ -630,9 +649,14 @@ mkdir "$QF_WORK" 2>/dev/null || qf_die 2 "--dest $QF_DESTARG: cannot write there
 trap 'qf_cleanup' EXIT
 
 qf_download manifest.json "" "$QF_WORK/manifest.json" "" 134217728
+# ASCII text only (tab, line feed, carriage return and printable characters): package writes nothing else
+if [ "$(LC_ALL=C tr -d '\011\012\015\040-\176' <"$QF_WORK/manifest.json" | head -c 1 | wc -c)" -ne 0 ]; then
+    qf_die 9 "$QF_RELEASE: manifest.json: not ASCII text (package writes every other character as \\uXXXX) (rule json)"
+fi
 # the manifest contract (docs/reference/manifest-contract.md), every rule checked before anything else is downloaded
 QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION" -v tag="$QF_TAG" \
     -v MAXD=16 -v MAXS=4096 -v MAXP=100 \
+    -v MAXN=32 -v MAXG=256 \
     -v MAXA=100000 -v MAXPC=999 -v MAXB=1099511627776 \
     "$QF_AWK" "$QF_WORK/manifest.json") || qf_die 9 "$QF_RELEASE: manifest.json could not be read"
 {

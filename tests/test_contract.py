@@ -25,7 +25,17 @@ from ci_tools.release.fetch import fetch_model
 from ci_tools.release.github import Connection
 from tests.conftest import REPO
 from tests.fakes.fake_github import FakeGitHub
-from tests.test_clients import OWNER_REPO, TAG, _compile_java, _java_tools, _publish, _release, _run_sh, _serve
+from tests.test_clients import (
+    OWNER_REPO,
+    TAG,
+    _busybox_path,
+    _compile_java,
+    _java_tools,
+    _publish,
+    _release,
+    _run_sh,
+    _serve,
+)
 
 CLIENTS = [("dash", None), ("dash", "wget"), ("busybox", None)]
 
@@ -55,8 +65,21 @@ CASES = [
     ("json", "cut off", lambda m: None),  # (cut below)
     ("json", "a list, not an object", b"[]"),
     ("json", "a number with leading zeros", lambda m: m.update(extra="@012@")),
+    ("json", "a key listed twice", lambda m: m.update(extra="@DUP@")),
+    ("json", "a key listed twice inside an asset (its pieces)", lambda m: _model(m).update(extra="@DUP-PIECES@")),
+    ("json", "NaN", lambda m: m.update(extra="@NaN@")),
+    ("json", "a trailing comma", lambda m: m.update(extra="@TRAILING@")),
+    ("json", "a missing comma", lambda m: m.update(extra="@MISSING@")),
+    ("json", "an escape JSON does not have", lambda m: m.update(extra="@ESCAPE@")),
+    ("json", "a raw tab in a string", lambda m: m.update(extra="@TAB@")),
+    ("json", "a number of 5,000 digits", lambda m: m.update(extra="@LONG@")),
+    ("json", "3,000 raw non-ASCII characters", lambda m: m.update(extra="\u00e9" * 3000)),
+    ("json", "a UTF-8 byte order mark", lambda m: m.update(extra="@BOM@")),
+    ("json", "UTF-16", lambda m: m.update(extra="@UTF16@")),
+    ("json", "300 numbers between two strings", lambda m: m.update(extra=[1] * 300)),
     ("version", "manifest_version 3", lambda m: m.update(manifest_version=3)),
     ("version", "manifest_version as a string", lambda m: m.update(manifest_version="2")),
+    ("version", "manifest_version 2.0", lambda m: m.update(manifest_version=2.0)),
     ("tag", "another tag", lambda m: m.update(tag="v0.0.1")),
     ("parts", "a part outside the release's tags",
      lambda m: m.update(parts=["../../../../other/repo/releases/tags/v1"])),
@@ -70,6 +93,9 @@ CASES = [
     ("name", "a hidden name", lambda m: _model(m).update(name=".evil.tar.bz2")),
     ("name", "a name listed twice", lambda m: m["assets"].append(dict(_model(m)))),
     ("name", "an upper-case sha256", lambda m: _model(m).update(sha256=_model(m)["sha256"].upper())),
+    ("json", "a sha256 of 64 digits as a number (past any number's length)", lambda m: _model(m).update(
+        sha256="@DIGITS@")),
+    ("name", "a sha256 as a number", lambda m: _model(m).update(sha256=12345)),
     ("size", "a size of 10^18", lambda m: _model(m).update(size=10**18)),
     ("size", "a negative size", lambda m: _model(m).update(size=-1)),
     ("size", "a size as a string", lambda m: _model(m).update(size="12")),
@@ -88,6 +114,7 @@ CASES = [
     ("model", "an unknown precision", lambda m: _model(m).update(precision="fp8")),
     ("model", "no sdk_version", lambda m: _model(m).pop("sdk_version")),
     ("model", "a qnn_runtime that is not a version", lambda m: _model(m).update(qnn_runtime="2.50; rm -rf /")),
+    ("model", "a qnn_runtime as a number", lambda m: _model(m).update(qnn_runtime=2.5)),
 ]
 
 
@@ -97,8 +124,20 @@ def _served(folder: Path, case) -> bytes:
         return change
     m = json.loads((folder / "manifest.json").read_text())
     change(m)
-    text = json.dumps(m).replace('"@012@"', "012")
-    return text[:-40].encode() if what == "cut off" else text.encode()
+    text = json.dumps(m, ensure_ascii="non-ASCII" not in what)
+    text = text[:-40] if what == "cut off" else text
+    raw = {'"@012@"': "012", '"@NaN@"': "NaN", '"@TRAILING@"': "[1, 2,]", '"@MISSING@"': "[1 2]",
+           '"@ESCAPE@"': '"\\q"', '"@TAB@"': '"a\tb"', '"@LONG@"': "1" * 5000, '"@DIGITS@"': "1" * 64,
+           '"extra": "@DUP@"': '"tag": "' + TAG + '"',
+           '"extra": "@DUP-PIECES@"': '"pieces": [], "pieces": null'}
+    for placeholder, value in raw.items():
+        text = text.replace(placeholder, value)
+    data = text.encode()
+    if '"@BOM@"' in text:
+        data = b"\xef\xbb\xbf" + text.replace('"@BOM@"', "1").encode()
+    if '"@UTF16@"' in text:
+        data = text.replace('"@UTF16@"', "1").encode("utf-16")
+    return data
 
 
 def _verdicts(gh, tmp: Path, java_classes: Path | None) -> dict[str, tuple[int, str]]:
@@ -234,6 +273,7 @@ def test_parallel_fetches_sharing_a_cache_and_a_dest_all_succeed(gh, tmp_path, m
     if not shells:
         return
     env_runs = []
+    _busybox_path(tmp_path)  # busybox's applets linked once, before the threads share them
     dest = tmp_path / "shared"
     dest.mkdir()
     (dest / ".qnn-fetch.999999").mkdir()  # left by a fetch killed with SIGKILL (no such process)

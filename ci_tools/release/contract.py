@@ -21,6 +21,8 @@ from ..util.text import clip
 MAX_MANIFEST_BYTES = 128 << 20  # 100,000 assets at ~640 bytes each (measured: 28 MB for 44,000)
 MAX_DEPTH = 16  # what package writes: 5 (manifest > assets > asset > pieces > piece)
 MAX_STRING = 4096  # characters in one JSON string (no name, version or note of a manifest comes near)
+MAX_NUMBER = 32  # characters in one JSON number
+MAX_GAP = 256  # characters between two strings, a run of blanks counted as one (what package writes: 22 at most)
 MAX_ASSETS_LISTED = 100_000  # 100 linked releases of GitHub's 1,000 assets
 MAX_PARTS = 100
 MAX_PIECES = 999  # <name>.001 ... .999
@@ -32,8 +34,11 @@ VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){1,3}")  # a QNN runtime: 2.50.40
 
 # rule -> what it says; the order is the order clients check in
 RULES: dict[str, str] = {
-    "json": f"`manifest.json` is one JSON object of at most {MAX_MANIFEST_BYTES >> 20} MiB, nested at most "
-            f"{MAX_DEPTH} deep, no string longer than {MAX_STRING:,} characters: parsing is bounded.",
+    "json": f"`manifest.json` is one strict JSON object (RFC 8259: no NaN, no trailing commas, no key twice in one "
+            f"object) in ASCII text (package writes every other character as `\\uXXXX`), of at most "
+            f"{MAX_MANIFEST_BYTES >> 20} MiB, nested at most {MAX_DEPTH} deep, no string longer than {MAX_STRING:,} "
+            f"characters, no number longer than {MAX_NUMBER}, at most {MAX_GAP} characters between two strings (a "
+            "run of blanks counted as one): parsing is bounded and linear in every client.",
     "version": "`manifest_version` is 1 or 2 (absent: 1).",
     "tag": "`tag`, when present, is the tag the manifest was read from (`publish` refuses to put a manifest under "
            "another tag).",
@@ -59,12 +64,48 @@ def refuse(rule: str, detail: str) -> PackageError:
     return PackageError(f"manifest.json: {detail} (rule {rule})", hint=HINT)
 
 
+STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+BLANKS = re.compile(r"[ \t\r\n]+")
+TEXT = re.compile(rb"[^\t\n\r\x20-\x7e]")
+
+
+class _NotStrict(ValueError):
+    pass
+
+
+def _pairs(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _NotStrict("a key listed twice in one object")
+    return dict(pairs)
+
+
+def _constant(name: str):
+    raise _NotStrict(f"{name} is not JSON")
+
+
+def _number(kind):
+    def parse(text: str):
+        if len(text) > MAX_NUMBER:
+            raise _NotStrict(f"a number of {len(text):,} characters (at most {MAX_NUMBER})")
+        return kind(text)
+    return parse
+
+
 def parse_manifest(data: bytes) -> object:
-    """The manifest's JSON, parsed within the ``json`` rule's bounds (size first, then depth and strings)."""
+    """The manifest's JSON, parsed within the ``json`` rule's bounds (size, text, gaps, then the parse itself)."""
     if len(data) > MAX_MANIFEST_BYTES:
         raise refuse("json", f"{len(data):,} bytes (at most {MAX_MANIFEST_BYTES:,})")
+    if TEXT.search(data):  # tab, line feed, carriage return and printable ASCII: nothing else
+        raise refuse("json", "not ASCII text (package writes every other character as \\uXXXX)")
+    text = data.decode("ascii")
+    if any(len(BLANKS.sub(" ", gap)) > MAX_GAP for gap in STRING.split(text)):
+        raise refuse("json", f"more than {MAX_GAP} characters between two strings")
     try:
-        value = json.loads(data)
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_number(int),
+                           parse_float=_number(float))
+    except _NotStrict as e:
+        raise refuse("json", f"not strict JSON: {e}") from None
     except (ValueError, RecursionError):  # nested past Python's recursion limit is not JSON package writes either
         raise refuse("json", "not JSON, or nested too deep") from None
     stack = [(value, 1)]
@@ -88,6 +129,10 @@ def _int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _sha(x: object) -> bool:
+    return isinstance(x, str) and SHA.fullmatch(x) is not None
+
+
 def _parts(manifest: dict, tag: str | None) -> list[str]:
     from .layout import part_tag
 
@@ -106,7 +151,7 @@ def _parts(manifest: dict, tag: str | None) -> list[str]:
 def _pieces(name: str, size: object, pieces: object) -> None:
     ok = isinstance(pieces, list) and 0 < len(pieces) <= MAX_PIECES
     for i, x in enumerate(pieces if ok else [], 1):  # type: ignore[arg-type]
-        if not (isinstance(x, dict) and x.get("name") == f"{name}.{i:03d}" and SHA.fullmatch(str(x.get("sha256")))
+        if not (isinstance(x, dict) and x.get("name") == f"{name}.{i:03d}" and _sha(x.get("sha256"))
                 and _int(x.get("size")) and 0 <= x["size"] <= MAX_ASSET_BYTES):
             ok = False
             break
@@ -118,7 +163,7 @@ def _pieces(name: str, size: object, pieces: object) -> None:
 def _asset(a: object, parts: list[str], seen: set[str]) -> None:
     name = a.get("name") if isinstance(a, dict) else None
     if not isinstance(a, dict) or not isinstance(name, str) or not ASSET.fullmatch(name) or name in seen \
-            or not SHA.fullmatch(str(a.get("sha256"))):
+            or not _sha(a.get("sha256")):
         raise refuse("name", f"asset {clip(name, 80)!r} has no plain .tar.bz2 name, is listed twice, or has no "
                      "sha256")
     seen.add(name)
@@ -127,12 +172,13 @@ def _asset(a: object, parts: list[str], seen: set[str]) -> None:
         raise refuse("size", f"asset {name!r} declares size {clip(size, 40)!r} (expected 0 to 1 TiB)")
     if a.get("pieces") is not None:
         _pieces(name, size, a["pieces"])
-    if a.get("release") is not None and a["release"] not in parts:
+    if a.get("release") is not None and (not isinstance(a["release"], str) or a["release"] not in parts):
         raise refuse("release", f"asset {name!r} is in release {clip(a['release'], 80)!r}, which is not one of the "
                      "manifest's parts")
     if a.get("kind") == "model" and (a.get("precision") not in PRECISIONS or not isinstance(a.get("sdk_version"), str)
                                      or (a.get("qnn_runtime") is not None
-                                         and not VERSION.fullmatch(str(a["qnn_runtime"])))):
+                                         and not (isinstance(a["qnn_runtime"], str)
+                                                  and VERSION.fullmatch(a["qnn_runtime"])))):
         raise refuse("model", f"model asset {name!r} has no precision or sdk_version, or a qnn_runtime that is not "
                      "a version")
 
@@ -142,7 +188,7 @@ def check_manifest(manifest: object, tag: str | None = None) -> list[dict]:
     if not isinstance(manifest, dict):
         raise refuse("json", "not a JSON object")
     version = manifest.get("manifest_version")
-    if version is not None and (version not in (1, 2) or isinstance(version, bool)):
+    if version is not None and (type(version) is not int or version not in (1, 2)):
         raise PackageError(f"manifest.json: manifest_version {clip(manifest.get('manifest_version'), 40)!r}; this "
                            "qnn-release reads 1 and 2 (rule version)", hint="upgrade qnn-release")
     if tag is not None and manifest.get("tag") is not None and manifest["tag"] != tag:

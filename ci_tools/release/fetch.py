@@ -130,8 +130,13 @@ class _Downloader:
         listed = self._in(None)["manifest.json"].get("size")
         if isinstance(listed, int) and listed > MAX_MANIFEST_BYTES:  # GitHub says its size: not downloaded at all
             raise refuse("json", f"{listed:,} bytes (at most {MAX_MANIFEST_BYTES:,})")
-        r = self.gh.call("GET", url, "download manifest.json", headers=headers)  # small: retried whole
-        manifest = parse_manifest(r.content)
+        r = self.gh.call("GET", url, "download manifest.json", headers=headers, stream=True)  # retried whole
+        data = bytearray()
+        for chunk in r.iter_content(1 << 20):  # never more than the contract's bound, whatever the listing said
+            data += chunk
+            if len(data) > MAX_MANIFEST_BYTES:
+                raise refuse("json", f"more than {MAX_MANIFEST_BYTES:,} bytes")
+        manifest = parse_manifest(bytes(data))
         check_manifest(manifest, self.tag)
         return manifest  # type: ignore[return-value]
 
@@ -152,7 +157,14 @@ class _Downloader:
         release = asset.get("release")
         if not asset.get("pieces"):
             return self._file(asset["name"], asset["sha256"], release, asset["size"])
-        pieces = [self._file(p["name"], p["sha256"], release, p["size"]) for p in asset["pieces"]]
+        pieces: list[Path] = []
+        try:
+            for p in asset["pieces"]:
+                pieces.append(self._file(p["name"], p["sha256"], release, p["size"]))
+        except BaseException:
+            for piece in pieces:  # this run's own checked copies: nobody else would ever use them
+                discard(piece)
+            raise
         done = private_path(self.cache, asset["sha256"])  # this run's own: no other fetch touches it
         joined = done.with_name(done.name + ".joining")
         with open(joined, "wb") as out:
@@ -256,8 +268,16 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
         asset, kind = _twin_or_refuse(release, model, chip, spelling, precision, assets)
     wanted = [asset] + ([libs] if libs else [])
     dest = Path(dest)
-    # a failed download keeps what arrived in the cache: the same command resumes it
-    downloaded = [dl.get(a) for a in wanted]
+    # a failed download keeps what arrived in the cache (its .part): the same command resumes it; a whole, checked
+    # archive already taken by this run is this run's own copy, removed
+    downloaded: list[Path] = []
+    try:
+        for a in wanted:
+            downloaded.append(dl.get(a))
+    except BaseException:
+        for path in downloaded:
+            discard(path)
+        raise
     try:
         # every member of every archive checked before anything is written
         checked = [check_archive(path, top_folder(a)) for a, path in zip(wanted, downloaded)]

@@ -58,6 +58,8 @@ public final class QnnModelResolver {
     public static final int MAX_MANIFEST_CHARS = 134217728;
     static final int MAX_DEPTH = 16;
     static final int MAX_STRING = 4096;
+    static final int MAX_NUMBER = 32;
+    static final int MAX_GAP = 256;
     static final int MAX_PARTS = 100;
     static final int MAX_ASSETS = 100000;
     static final int MAX_PIECES = 999;
@@ -899,6 +901,7 @@ public final class QnnModelResolver {
             if (text.length() > MAX_MANIFEST_CHARS) {
                 throw refuse("json", text.length() + " characters (at most " + MAX_MANIFEST_CHARS + ")");
             }
+            scan(text);
             Json p = new Json(text);
             Object v = p.value(1);
             p.blank();
@@ -906,6 +909,38 @@ public final class QnnModelResolver {
                 throw p.error("text after the JSON value");
             }
             return v;
+        }
+
+        /** Printable ASCII, tab, line feed and carriage return only; at most MAX_GAP characters between strings. */
+        private static void scan(String text) {
+            boolean inString = false;
+            boolean escaped = false;
+            boolean blank = false;
+            int gap = 0;
+            for (int k = 0; k < text.length(); k++) {
+                char c = text.charAt(k);
+                if (c != '\t' && c != '\n' && c != '\r' && (c < 0x20 || c > 0x7e)) {
+                    throw refuse("json", "not ASCII text (package writes every other character as \\uXXXX)");
+                }
+                if (inString) {
+                    inString = escaped || c != '"';
+                    escaped = !escaped && c == '\\';
+                    gap = 0;
+                    continue;
+                }
+                if (c == '"') {
+                    inString = true;
+                    continue;
+                }
+                boolean isBlank = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+                if (!isBlank || !blank) {
+                    gap++;
+                }
+                blank = isBlank;
+                if (gap > MAX_GAP) {
+                    throw refuse("json", "more than " + MAX_GAP + " characters between two strings");
+                }
+            }
         }
 
         private IllegalArgumentException error(String what) {
@@ -942,6 +977,9 @@ public final class QnnModelResolver {
                         throw error("expected a key");
                     }
                     String k = string();
+                    if (m.containsKey(k)) {
+                        throw refuse("json", "not strict JSON: a key listed twice in one object");
+                    }
                     blank();
                     expect(':');
                     m.put(k, value(depth + 1));
@@ -993,6 +1031,9 @@ public final class QnnModelResolver {
                 i++;
             }
             String n = s.substring(start, i);
+            if (n.length() > MAX_NUMBER) {
+                throw refuse("json", "a number longer than " + MAX_NUMBER + " characters");
+            }
             if (!NUMBER.matcher(n).matches()) {
                 i = start;
                 throw error("expected a value");
@@ -1028,6 +1069,9 @@ public final class QnnModelResolver {
                 if (b.length() >= MAX_STRING) {
                     throw refuse("json", "a string longer than " + MAX_STRING + " characters");
                 }
+                if (c < 0x20) {
+                    throw error("a control character in a string");
+                }
                 if (c != '\\') {
                     b.append(c);
                     continue;
@@ -1053,7 +1097,8 @@ public final class QnnModelResolver {
                         }
                         i += 4;
                         break;
-                    default: b.append(e);
+                    case '"': case '\\': case '/': b.append(e); break;
+                    default: throw error("an escape JSON does not have");
                 }
             }
         }
