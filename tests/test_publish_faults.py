@@ -126,7 +126,8 @@ def test_a_published_part_it_did_not_make_is_refused_and_nothing_goes_into_it(gh
     client.update_release(other["id"], draft=False)
     with pytest.raises(PublishError) as e:
         _publish(gh, folder)
-    assert f"{REPO}@{TAG}-part2 is already published with other assets" in e.value.message
+    assert f"{REPO}@{TAG}-part2 is already published with assets this release did not make" in e.value.message
+    assert "theirs.zip" in e.value.message
     assert "gh release delete" in (e.value.hint or "")
     assert _public(gh) == {f"{TAG}-part2": {"theirs.zip": "uploaded"}}  # nothing uploaded into it, nothing public
     # a part this release published before it was interrupted is resumed
@@ -179,3 +180,51 @@ def test_githubs_own_reason_is_in_the_line(gh, tmp_path, monkeypatch):
     with pytest.raises(PublishError) as e:
         _publish(gh, folder)
     assert "HTTP 422 Validation Failed: a release holds at most 2 assets" in e.value.message, e.value.message
+
+
+def test_a_published_tag_release_someone_else_made_is_refused(gh, tmp_path):
+    folder = _release(tmp_path / "rel", 2)
+    client = Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None).client(REPO)
+    other = client.create_draft(TAG, "someone else's", "")
+    client.upload(other, "theirs.zip", folder / "SHA256SUMS", "application/zip")
+    client.update_release(other["id"], draft=False)
+    with pytest.raises(PublishError) as e:
+        _publish(gh, folder)
+    assert f"{REPO}@{TAG} is already published with assets this release did not make" in e.value.message
+    assert _public(gh) == {TAG: {"theirs.zip": "uploaded"}}
+
+
+def test_an_interrupted_replace_in_a_published_release_is_finished_by_the_next_run(gh, tmp_path):
+    """The swap of --replace stopped after the old version was renamed away: the next run finishes it (the new
+    version is renamed into place, the temporary copies removed); a starter asset left under a temporary name is
+    removed too. Nothing is refused as someone else's."""
+    folder = _release(tmp_path / "rel", 2)
+    _publish(gh, folder)
+    changed = _release(tmp_path / "changed", 2)
+    name = f"m01-sm8750-fp16-qnn{SDK}.tar.bz2"
+    make_tar_bz2(changed / name, [(f"{name.removesuffix('.tar.bz2')}/m.bin", b"rebuilt")])
+    _release_again(changed, name)
+    gh.fault("PATCH", r"/releases/assets/\d+$", "500", count=99, skip=1)  # the old one renamed, the new one not
+    with pytest.raises(PublishError):
+        _publish(gh, changed, replace=True)
+    names = set(_public(gh)[TAG])
+    assert name not in names and any(n.startswith(name + ".new-") for n in names), names
+    gh.state.faults.clear()
+    with gh.state.lock:  # and a 502 left an empty asset under another temporary name
+        (rid,) = gh.state.releases
+        gh.state.assets[gh.state.new_id()] = {"release": rid, "name": f"{name}.new-0000aaaa", "label": None,
+                                              "data": b"", "content_type": "x", "state": "starter"}
+    _publish(gh, changed, replace=True)
+    assert set(_public(gh)[TAG]) == _listed(changed) | {"manifest.json", "SHA256SUMS"}
+    with gh.state.lock:
+        (stored,) = [a for a in gh.state.assets.values() if a["name"] == name]
+    assert stored["data"] == (changed / name).read_bytes()
+
+
+def test_an_upload_that_keeps_leaving_starter_assets_says_so(gh, tmp_path):
+    folder = _release(tmp_path / "rel", 1)
+    gh.fault("POST", r"/uploads/.*name=m00-", "502-starter", count=99)
+    with pytest.raises(PublishError) as e:
+        _publish(gh, folder)
+    assert "left an empty asset" in e.value.message or "gave up after" in e.value.message, e.value.message
+    assert not any(a.get("state") == "starter" for a in gh.state.assets.values())

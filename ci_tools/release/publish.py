@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,7 +195,7 @@ def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool =
     for part in [*parts, None]:  # the linked parts first: the tag's own release (the manifest) is what clients read
         name = part or tag
         releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
-        if part is not None and releases[part] is not None and not releases[part].get("draft", True):
+        if releases[part] is not None and not releases[part].get("draft", True):
             _made_here(gh, releases[part], by_release[part], f"{repo}@{name}", replace)
         _upload_all(gh, releases[part], by_release[part], plan, dry_run, replace, f"{repo}@{name}")
     drafts = [p for p in [*parts, None] if releases[p] is None or releases[p].get("draft", True)]
@@ -240,6 +241,9 @@ def _existing(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_ru
     existing = {}
     for a in gh.assets(release["id"]):
         stale = a.get("state", UPLOADED) != UPLOADED
+        if _leftover(a["name"], wanted):  # an interrupted --replace's: removed once its name is whole again
+            existing[a["name"]] = a
+            continue
         if stale or (release.get("draft", True) and a["name"] not in wanted):
             plan.add(f"remove {a['name']} from the draft: " + ("an empty asset a failed upload left (state "
                      f"{a.get('state')})" if stale else "not in this release's manifest"))
@@ -250,23 +254,48 @@ def _existing(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_ru
     return existing
 
 
+def _leftover(name: str, mine: set[str]) -> bool:
+    """A name this publish's own ``--replace`` uses for a moment (``<name>.new-<sha8>``, ``<name>.old-<id>``)."""
+    base, sep, tail = name.rpartition(".")
+    return bool(sep) and base in mine and re.fullmatch(r"new-[0-9a-f]{8}|old-[0-9]+", tail) is not None
+
+
 def _made_here(gh: GitHub, release: dict, files: Files, where: str, replace: bool) -> None:
-    """A published linked part is resumed only when it holds exactly this release's files for it (a publish of this
-    release stopped after publishing it; with ``replace``, some of them in another version); anything else was made
-    by someone or something else: nothing is uploaded into a public release this publish did not make."""
-    remote = {a["name"]: a for a in gh.assets(release["id"])}
+    """A published release is resumed only when everything in it is this release's (a publish of it stopped after
+    publishing it: its files, an empty asset a 502 left, the temporary names of an interrupted --replace; without
+    ``replace``, its files with the manifest's sha256); anything else was made by someone or something else:
+    nothing is uploaded into a public release this publish did not make."""
     mine = {name: digest for name, _, digest, _ in files}
-    if set(remote) != set(mine) or (not replace and any(_digest(gh, remote[n]) != d for n, d in mine.items())):
-        other = sorted(set(remote) - set(mine))
-        raise PublishError(f"{where} is already published with other assets ({len(other)} not in this release's "
-                           f"manifest, {len(set(mine) - set(remote))} missing): publish uploads only into releases "
-                           "it made", hint=f"delete that release (gh release delete {where.split('@', 1)[1]} "
+    remote = {a["name"]: a for a in gh.assets(release["id"]) if a.get("state", UPLOADED) == UPLOADED
+              and not _leftover(a["name"], set(mine))}
+    other = sorted(set(remote) - set(mine))
+    changed = [] if replace else [n for n in remote if n in mine and _digest(gh, remote[n]) != mine[n]]
+    if other:
+        raise PublishError(f"{where} is already published with assets this release did not make ({len(other)} not "
+                           f"in its manifest: {clip(', '.join(other), 120)}): publish uploads only into releases it "
+                           "made", hint=f"delete that release (gh release delete {where.split('@', 1)[1]} "
                            "--cleanup-tag) if it is a leftover, or package and publish under another tag")
+    if changed:  # checked before anything is uploaded into it
+        raise PublishError(f"{where}: asset {changed[0]} is already published with other content"
+                           + (f" ({len(changed)} assets)" if len(changed) > 1 else ""),
+                           hint="a published asset is never silently overwritten: pass --replace")
 
 
 def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_run: bool, replace: bool,
                 where: str) -> None:
     existing = _existing(gh, release, files, plan, dry_run)
+    wanted = {name for name, _, _, _ in files}
+    _upload_each(gh, release, files, existing, plan, (dry_run, replace, where))
+    for name, a in existing.items():  # every name whole again: an interrupted --replace's temporary copies go
+        if _leftover(name, wanted):
+            plan.add(f"remove {name}: left by an interrupted --replace")
+            if not dry_run:
+                gh.delete_asset(a["id"])
+
+
+def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[str, dict], plan: Plan,
+                 how: tuple[bool, bool, str]) -> None:
+    dry_run, replace, where = how
     for name, local, digest, ctype in files:
         if name in existing:
             if _digest(gh, existing[name]) == digest:
@@ -276,7 +305,7 @@ def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_
                 raise PublishError(f"{where}: asset {name} is already published with other content",
                                    hint="a published asset is never silently overwritten: pass --replace")
             plan.add(f"replace {name} ({local.stat().st_size} bytes)")
-            full = len(existing) >= MAX_ASSETS
+            full = len(existing) >= MAX_ASSETS  # leftovers of an earlier --replace take slots too
             if full and not release.get("draft", True):
                 raise PublishError(f"{where}: --replace {name}: the release is published and holds {len(existing)} "
                                    f"assets, GitHub's limit; a replacement is uploaded before the old version is "
@@ -290,6 +319,13 @@ def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_
                 else:
                     _replace(gh, release, existing[name], name, local, digest, ctype)
             continue
+        staged = existing.get(f"{name}.new-{digest[:8]}")
+        if staged is not None and _digest(gh, staged) == digest:  # an interrupted --replace: finish its swap
+            plan.add(f"rename {staged['name']} to {name} (an interrupted --replace)")
+            if not dry_run:
+                gh.rename_asset(staged["id"], name)
+                existing.pop(staged["name"])
+            continue
         plan.add(f"upload {name} ({local.stat().st_size} bytes)" + (f" to {where.split('@', 1)[1]}"
                                                                      if "-part" in where else ""))
         if not dry_run:
@@ -297,6 +333,7 @@ def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_
 
 
 def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype: str) -> dict:
+    starters = 0
     for _ in range(3):
         r = gh.upload(release, name, path, ctype)
         if r.status_code == 201:
@@ -310,8 +347,12 @@ def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype
         if stored is None or stored.get("state", UPLOADED) == UPLOADED:
             break
         gh.delete_asset(stored["id"])
+        starters += 1
     if stored is not None and stored.get("state", UPLOADED) == UPLOADED and _digest(gh, stored) == digest:
         return stored
+    if starters == 3:
+        raise PublishError(f"upload {name}: GitHub failed the upload and left an empty asset 3 times in a row (each "
+                           "deleted)", hint="GitHub is failing uploads: run publish again later, it resumes")
     raise gh.fail(r, f"upload {name}")
 
 
