@@ -268,16 +268,7 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
         asset, kind = _twin_or_refuse(release, model, chip, spelling, precision, assets)
     wanted = [asset] + ([libs] if libs else [])
     dest = Path(dest)
-    # a failed download keeps what arrived in the cache (its .part): the same command resumes it; a whole, checked
-    # archive already taken by this run is this run's own copy, removed
-    downloaded: list[Path] = []
-    try:
-        for a in wanted:
-            downloaded.append(dl.get(a))
-    except BaseException:
-        for path in downloaded:
-            discard(path)
-        raise
+    downloaded = _download_all(dl, wanted)
     try:
         # every member of every archive checked before anything is written
         checked = [check_archive(path, top_folder(a)) for a, path in zip(wanted, downloaded)]
@@ -299,6 +290,20 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
                        qnn_libs=libs["name"] if libs else None,
                        qnn_libs_path=str(dest / top_folder(libs)) if libs else None,
                        files=sorted(str(f) for f in files), kind=kind)
+
+
+def _download_all(dl: _Downloader, wanted: list[dict]) -> list[Path]:
+    """Each asset, whole and checked. A failed download keeps what arrived in the cache (its .part): the same command
+    resumes it; a whole, checked archive already taken by this run is this run's own copy, removed."""
+    downloaded: list[Path] = []
+    try:
+        for a in wanted:
+            downloaded.append(dl.get(a))
+    except BaseException:
+        for path in downloaded:
+            discard(path)
+        raise
+    return downloaded
 
 
 def _twin_or_refuse(release: str, model: str, chip, spelling: str, precision: str | None,
