@@ -90,6 +90,13 @@ class RuntimeTooOld(QnnReleaseError):
     exit_code = 12
 
 
+class RegressionFound(QnnReleaseError):
+    """``compare``: the new release is worse than the old one on some target (a verdict lost, a target gone or
+    failing, SNR or cosine down, size or device latency up past the matrix's ``release.regressions``)."""
+
+    exit_code = 13
+
+
 class BackendUnavailable(QnnReleaseError):
     """The chosen compile route is not installed here (no onnxruntime-qnn, no QNN_SDK_ROOT)."""
 

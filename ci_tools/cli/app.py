@@ -184,6 +184,29 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..errors import RegressionFound
+    from ..matrix.schema import load_matrix
+    from ..release.compare import compare, load_side, markdown, targets
+    from ..release.github import Connection, token_from_env
+
+    bounds = load_matrix(args.matrix).matrix.release.regressions
+    via = Connection(token=token_from_env())
+    (old_label, old, old_dir), (new_label, new, new_dir) = load_side(args.old, via), load_side(args.new, via)
+    rows = compare(targets(old, old_dir), targets(new, new_dir), bounds, frozenset(bounds.accept))
+    text = markdown(rows, old_label, new_label, bounds)
+    if args.markdown:
+        with open(args.markdown, "a") as f:
+            f.write(text)
+    print(json.dumps([r.as_dict() for r in rows], indent=2) if args.json else text, end="" if not args.json else "\n")
+    bad = [r for r in rows if r.regressions]
+    if bad:
+        raise RegressionFound(f"{len(bad)} target(s) regressed from {old_label} to {new_label}, first "
+                              f"{bad[0].target}: {bad[0].regressions[0]}",
+                              hint="accept a target in the matrix (release.regressions.accept) or fix it")
+    return 0
+
+
 def cmd_changed(args: argparse.Namespace) -> int:
     from ..matrix.schema import load_matrix
     from ..workflows.changes import changed_models, github_output
@@ -356,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks and debug output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _catalog_and_matrix_commands(sub)
+    _adoption_and_comparison_commands(sub)
     _new_model_and_image_commands(sub)
     from . import build as cli_build
 
@@ -418,6 +442,20 @@ def _catalog_and_matrix_commands(sub) -> None:
     p.add_argument("--check", action="store_true", help="fail with a diff when committed generated files are stale")
     p.add_argument("--root", type=Path, help="the repository to write into (default: the matrix's)")
     p.set_defaults(func=cmd_render)
+
+
+
+def _adoption_and_comparison_commands(sub) -> None:
+    """compare, changed, init: what a repository of one's own and an SDK bump need."""
+    p = sub.add_parser("compare", help="what a new release changes against an old one, target by target "
+                       "(regressions first); exit 13 on a regression the matrix does not accept")
+    p.add_argument("old", help="the old release: a packaged folder (dist/) or a published OWNER/NAME@TAG")
+    p.add_argument("new", help="the new release, likewise")
+    _matrix_arg(p)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of Markdown")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the Markdown table to FILE (a pull "
+                   "request's body, $GITHUB_STEP_SUMMARY)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("changed", help="the models a push from BASE to HEAD builds again (their entry, their "
                        "files, or what every model is made from changed); main.yaml's export matrices read it")

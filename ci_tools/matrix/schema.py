@@ -452,6 +452,20 @@ class Sdk(_Frozen):
     onnxruntime_qnn: str = Field(pattern=r"^\d+\.\d+\.\d+$")
 
 
+class Regressions(_Frozen):
+    """What `qnn-release compare` (and the SDK bump's pull request) counts as a regression of a target."""
+
+    snr_drop_db: float = Field(default=1.0, ge=0, description="SNR vs CPU down by more than this (dB), the lowest "
+                               "over the target's graphs")
+    cosine_drop: float = Field(default=0.001, ge=0, description="the lowest cosine vs CPU down by more than this")
+    size_growth: float = Field(default=0.10, ge=0, description="the archive larger by more than this fraction")
+    latency_growth: float = Field(default=0.10, ge=0, description="device latency up by more than this fraction "
+                                  "(only when both releases were measured on the same device)")
+    wer_rise: float = Field(default=0.01, ge=0, description="a speech recipe's word error rate up by more than this")
+    accept: list[str] = Field(default=[], description="targets (model/SOC/precision) whose regressions are "
+                              "accepted: reported, not failing the check")
+
+
 class Release(_Frozen):
     tag_pattern: str = Field(default="v*", description="tags that start a release build (GitHub glob)")
     image: str = Field(default="ghcr.io/${{ github.repository_owner }}/qnn-sdk",
@@ -462,6 +476,7 @@ class Release(_Frozen):
         "levels, against 50 and 10); `render` checks the rendered tree against them")
     max_assets: int = Field(default=1000, ge=10, le=1000, description="assets per GitHub release (GitHub: 1,000); "
                             "a release with more continues in linked releases <tag>-part2, -part3 ...")
+    regressions: Regressions = Field(default=Regressions(), description="what compare counts as a regression")
     max_asset_bytes: int = Field(default=2 * 1024**3 - 1, ge=1024, le=2 * 1024**3 - 1, description="bytes per "
                                  "release asset (GitHub: under 2 GiB); a larger archive is uploaded in pieces "
                                  "(<name>.001 ...) that clients join and check")
