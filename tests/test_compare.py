@@ -93,3 +93,33 @@ def test_accepted_regressions_and_identical_releases_pass(tmp_path):
     assert r.returncode == 0 and "0 regression(s), 0 other change(s), 6 unchanged" in r.stdout
     r = run_cli("compare", str(old), str(tmp_path / "nowhere"), "--matrix", str(_matrix(tmp_path)))
     assert r.returncode == 2 and "neither a release folder nor OWNER/NAME@TAG" in r.stderr
+
+
+def test_compare_against_the_latest_published_release(tmp_path):
+    """What the bump's pull request runs: `compare OWNER/NAME@latest dist/release`, the old side read from GitHub (its
+    manifest, under the contract); nothing published yet is every target added, no regression."""
+    import os
+
+    from ci_tools.release.github import Connection
+    from ci_tools.release.publish import publish
+    from tests.fakes.fake_github import FakeGitHub
+
+    old, new = _pair(tmp_path)
+    for f in (old, new):  # SHA256SUMS beside the manifest, as package writes it
+        m = json.loads((f / "manifest.json").read_text())
+        (f / "SHA256SUMS").write_text("".join(f"{a['sha256']}  {a['name']}\n" for a in m["assets"]))
+    with FakeGitHub() as gh:
+        env = {**os.environ, "GITHUB_API_URL": gh.url}
+        r = run_cli("compare", "acme/models@latest", str(new), "--json", "--matrix", str(_matrix(tmp_path)), env=env)
+        assert r.returncode == 0, r.stderr
+        assert {row["changes"][0] for row in json.loads(r.stdout)} == {"added"}
+        m = json.loads((old / "manifest.json").read_text())
+        m["tag"] = "v1.0.0"
+        (old / "manifest.json").write_text(json.dumps(m))
+        publish(old, "acme/models", "v1.0.0", via=Connection(token=gh.state.token, api_url=gh.url,
+                                                             sleep=lambda s: None))
+        r = run_cli("compare", "acme/models@latest", str(new), "--json", "--matrix", str(_matrix(tmp_path)), env=env)
+    assert r.returncode == 13, r.stderr
+    rows = {row["target"]: row for row in json.loads(r.stdout)}
+    assert rows["c/SM8750/fp16"]["regressions"] == ["verdict real-samples -> generated-inputs"]
+    assert rows["a/SM8650/fp16"]["regressions"][0].startswith("size +")

@@ -212,7 +212,9 @@ def load_side(spec: str, via=None) -> tuple[str, dict, Path | None]:
         via = via or Connection()
         repo, tag = spec.split("@", 1)
         gh = via.client(repo)
-        rel = gh.release_by_tag(tag)
+        rel = gh.release_by_tag(tag) if tag != "latest" else gh.latest_release()
+        if rel is None and tag == "latest":  # nothing published yet: every target is new
+            return f"{repo} (no release yet)", {"assets": []}, None
         if rel is None:
             raise PublishError(f"{repo}: no published release {tag}", hint="check the tag (drafts are not visible)")
         return spec, _Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep).manifest(), None

@@ -156,6 +156,15 @@ class GitHub:
             raise self.fail(r, f"get release {tag}")
         return r.json()
 
+    def latest_release(self) -> dict | None:
+        """The repository's latest published release (GitHub: the newest non-pre-release marked latest), or None."""
+        r = self.request("GET", f"/repos/{self.repo}/releases/latest")
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise self.fail(r, "get the latest release")
+        return r.json()
+
     def drafts_for(self, tag: str) -> list[dict]:
         return sorted((rel for rel in self.paginate(f"/repos/{self.repo}/releases")
                        if rel.get("draft") and rel.get("tag_name") == tag), key=lambda rel: rel["id"])

@@ -170,9 +170,10 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
         first = next(t for t in targets if t.model.name == model.name)  # one chip (the first in plan order)
         smoke.append(f"--model {model.name} --soc {first.soc.name} --precision {first.precision}")
     smoke_cmd = " && ".join(f"qnn-release build --backend qairt {a} --out /tmp/dist -j 2" for a in sorted(smoke))
-    for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml", "sdk-pin.yaml"):
+    for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml", "sdk-pin.yaml",
+              "sdk-bump-check.yaml"):
         files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(header=_header(f"{t}.j2"),
-                                                                    smoke_cmd=smoke_cmd, **common)
+                                                                    smoke_cmd=smoke_cmd, shards=model_shards, **common)
     for path, text in files.items():
         try:
             yaml.safe_load(text)

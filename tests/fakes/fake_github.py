@@ -184,6 +184,13 @@ class Handler(BaseHTTPRequestHandler):
                     if r["repo"] == m[1] and r["tag_name"] == m[2] and not r["draft"]:
                         return self._send(200, self._release_json(rid))
                 return self._send(404, {"message": "Not Found"})
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/latest", path)
+            if m and self.command == "GET":  # REST API "Get the latest release": published, not a pre-release,
+                # the one last marked latest (make_latest "true", the default), else the newest
+                mine = [(rid, r) for rid, r in sorted(st.releases.items()) if r["repo"] == m[1] and not r["draft"]
+                        and not r.get("prerelease") and r.get("make_latest", "true") != "false"]
+                return self._send(200, self._release_json(mine[-1][0])) if mine else \
+                    self._send(404, {"message": "Not Found"})
             m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases", path)
             if m and self.command == "GET":
                 items = [self._release_json(rid) for rid in sorted(st.releases, reverse=True)
