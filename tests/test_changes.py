@@ -94,3 +94,21 @@ def test_qnn_releases_own_source_rebuilds_every_model_and_the_output_is_sharded(
 
     text = github_output(Changes([f"x{i:03d}" for i in range(300)], ""), 2, 256)
     assert [len(json.loads(line.split("=", 1)[1])) for line in text.splitlines()[:2]] == [256, 44]
+
+
+def test_a_model_of_an_included_file_is_built_when_it_changes(tmp_path):
+    repo = _repo(tmp_path, n=1)
+    (repo / "models" / "v").mkdir()
+    (repo / "models" / "v" / "g.onnx").write_bytes(b"voice")
+    voice = {"name": "voice", "description": "d", "license": "MIT",
+             "source": {"kind": "path", "path": "models/v/g.onnx", "sha256": "0" * 64},
+             "graphs": [{"name": "g", "file": "g.onnx"}], "chips": ["SM8750"]}
+    (repo / "matrix" / "tts.yaml").write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [voice]}))
+    m = yaml.safe_load((repo / "matrix" / "models.yaml").read_text())
+    m["include"] = ["tts.yaml"]
+    (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    base = _commit(repo)
+    voice["chips"] = ["SM8650"]
+    (repo / "matrix" / "tts.yaml").write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [voice]}))
+    _commit(repo)
+    assert _changed(repo, base)[0] == ["voice"]

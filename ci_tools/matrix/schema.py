@@ -500,6 +500,9 @@ class Matrix(_Frozen):
     release: Release = Release()
     tool: Tool | None = Field(default=None, description="qnn-release at a pinned commit (a repository that adopted "
                               "it with `qnn-release init`); absent: this repository is qnn-release itself")
+    include: list[str] = Field(default=[], description="other matrix files (relative to this one) whose models are "
+                               "released with this matrix's, by the same workflows and under the same SDK pins: "
+                               "each keeps its own file; its sdk must be this one's, its models' names unique")
     models: list[Model] = Field(min_length=1)
 
     def model(self, name: str) -> Model:
@@ -711,7 +714,33 @@ def load_matrix(path: Path | str | None = None, catalog: Catalog | None = None) 
     if problem is not None:
         loc, text, hint = problem
         raise ConfigError(f"{path}:{line_of(lines, loc)}: {dotted_path(loc)}: {text}", hint=hint)
+    if matrix.include:
+        matrix = _with_included(matrix, path, lines, catalog)
     return LoadedMatrix(matrix, path, catalog)
+
+
+def _with_included(matrix: Matrix, path: Path, lines, catalog: Catalog) -> Matrix:
+    """The matrix with the models of its ``include`` files after its own (each file checked on its own first)."""
+    models, seen = list(matrix.models), {m.name: path for m in matrix.models}
+    for i, name in enumerate(matrix.include):
+        where = f"{path}:{line_of(lines, ('include', i))}: include[{i}]"
+        other = (path.parent / name).resolve()
+        if other == path.resolve() or not other.is_file():
+            raise ConfigError(f"{where}: {name!r} is not another matrix file beside it",
+                              hint="a path relative to this matrix, e.g. tts.yaml")
+        sub = load_matrix(other, catalog).matrix
+        if sub.include:
+            raise ConfigError(f"{where}: {name} includes others in turn", hint="include every file from one matrix")
+        if sub.sdk != matrix.sdk:
+            raise ConfigError(f"{where}: {name} pins another SDK than this matrix",
+                              hint="models released together are built with one SDK: copy this matrix's sdk block")
+        for m in sub.models:
+            if m.name in seen:
+                raise ConfigError(f"{where}: model '{m.name}' is in {seen[m.name].name} too",
+                                  hint="model names are unique across the files released together")
+            seen[m.name] = other
+            models.append(m)
+    return matrix.model_copy(update={"models": models})
 
 
 def json_schema() -> str:

@@ -40,8 +40,19 @@ def _entries(text: str | None) -> tuple[dict | None, dict[str, dict]]:
         return None, {}
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):
         return None, {}
-    rest = {k: v for k, v in data.items() if k not in ("models", "release")}  # release: no binary changes
+    # release settings make no binary; an included file's models are compared one by one
+    rest = {k: v for k, v in data.items() if k not in ("models", "release", "include")}
     return rest, {m.get("name"): m for m in data["models"] if isinstance(m, dict)}
+
+
+def _with_included(rel: str, read) -> tuple[dict | None, dict[str, dict]]:
+    """As ``_entries``, with the models of the matrix's ``include`` files (``read``: repository path -> text)."""
+    text = read(rel)
+    rest, models = _entries(text)
+    includes = yaml.safe_load(text).get("include") if rest is not None else None
+    for name in includes if isinstance(includes, list) else []:
+        models = {**models, **_entries(read(str(Path(rel).parent / str(name))))[1]}  # their sdk is this one's
+    return rest, models
 
 
 def _reads(entry: dict) -> list[str]:
@@ -59,12 +70,16 @@ def _reads(entry: dict) -> list[str]:
 def changed_models(root: Path, matrix: Path, base: str | None) -> Changes:
     """The models a push from ``base`` to HEAD builds again (``root``: the repository; ``matrix``: its matrix)."""
     rel = matrix.resolve().relative_to(root.resolve()).as_posix()
-    rest, now = _entries(matrix.read_text())
+
+    def here(path: str) -> str | None:
+        return (root / path).read_text() if (root / path).is_file() else None
+
+    rest, now = _with_included(rel, here)
     everyone = sorted(now)
     if not base or set(base) == {"0"}:
         return Changes(everyone, "no earlier commit to compare with (a new branch): every model")
     paths = _git(root, "diff", "--name-only", base, "HEAD")
-    old_rest, old = _entries(_git(root, "show", f"{base}:{rel}"))
+    old_rest, old = _with_included(rel, lambda path: _git(root, "show", f"{base}:{path}"))
     if paths is None or old_rest is None:
         return Changes(everyone, f"commit {base[:12]} or its {rel} cannot be read here (fetch it): every model")
     changed = [p for p in paths.splitlines() if p]
