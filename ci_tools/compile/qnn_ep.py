@@ -216,6 +216,13 @@ class CompatInfo:
     sdk_version: str | None  # ep_sdk_version of the EPContext node, with build id
 
 
+def proves_chip(htp_arch: int, soc_model: int, soc) -> bool:
+    """Whether what a stub says it was compiled for is ``soc``. onnxruntime-qnn 2.6.0 (QNN 2.50.40) records the arch
+    as 0 for some chips (measured for SM8750: v2:6:2.50.40:5.50.0:0:69:0:0, where 2.7.0 writes
+    v2:6:2.51.0:5.51.0:79:69:8:0): the chip is then proved by its soc_model alone."""
+    return soc_model == soc.soc_model and htp_arch in (soc.htp_arch, 0)
+
+
 def read_compat(ctx_onnx: Path) -> CompatInfo:
     import onnx
 

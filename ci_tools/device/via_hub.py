@@ -120,7 +120,9 @@ def _plan(run: _Run, r: TargetRecord) -> None:
     ctx = run.out / r.id / r.context_onnx
     try:
         built = qnn_ep.compiled_for(ctx)  # the binary's own HTP arch and soc_model, from its stub
-        device, stands_in = _device(run, soc, f"v{built['htp_arch']}", int(built["soc_model"]))
+        # arch 0: onnxruntime-qnn 2.6.0 records none for some chips (qnn_ep.proves_chip); the chip's own then
+        arch = f"v{built['htp_arch']}" if built["htp_arch"] else soc.arch
+        device, stands_in = _device(run, soc, arch, int(built["soc_model"]))
         if device is None:
             run.record(r, "no-device", stands_in)
             return

@@ -135,7 +135,8 @@ def judge(key: str, old: Numbers | None, new: Numbers | None, bounds) -> Row:
         bad.append(f"WER {wer_old:.1%} -> {wer_new:.1%}")
     if old.runtime != new.runtime and new.runtime:
         changes.append(f"needs QNN runtime >= {new.runtime} (was {old.runtime or 'not recorded'})")
-    if old.size != new.size and not any(b.startswith("size") for b in bad) and old.size and new.size:
+    if old.size and new.size and abs(new.size - old.size) / old.size >= 0.01 and not any(
+            b.startswith("size") for b in bad):  # a change under 1 % is noise in a table
         changes.append(f"size {(new.size - old.size) / old.size:+.0%}")
     return Row(key, old, new, changes, bad)
 

@@ -240,7 +240,7 @@ def _consistency_gate(out: Path, loaded: LoadedMatrix, complete: dict[Group, lis
                 continue
             got = qnn_ep.compiled_for(folder / target.context_onnx)
             compiled[r.id] = got["sdk"]
-            if (got["htp_arch"], got["soc_model"]) != (soc.htp_arch, soc.soc_model):
+            if not qnn_ep.proves_chip(got["htp_arch"], got["soc_model"], soc):
                 offenders.append(f"{r.id}: compiled for v{got['htp_arch']}/soc_model {got['soc_model']}, "
                                  f"not {soc.name} ({soc.arch}/{soc.soc_model})")
     offenders += _sdk_offenders(complete, compiled, qnn_sdk)

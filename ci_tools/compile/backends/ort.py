@@ -86,9 +86,7 @@ class OrtBackend(Backend):
             raise CompileError(f"{job.target_id}: {e.message}", hint=f"full log: {log}") from None
         seconds = time.monotonic() - start
         info = qnn_ep.read_compat(ctx)
-        # onnxruntime-qnn 2.6.0 (QNN 2.50.40) records the arch as 0 (measured: v2:6:2.50.40:5.50.0:0:69:0:0, where
-        # 2.7.0 writes v2:6:2.51.0:5.51.0:79:69:8:0): the chip is then proved by its soc_model alone
-        if (info.htp_arch not in (job.soc.htp_arch, 0)) or info.soc_model != job.soc.soc_model:
+        if not qnn_ep.proves_chip(info.htp_arch, info.soc_model, job.soc):
             raise CompileError(f"{job.target_id}: the binary says v{info.htp_arch} / soc_model {info.soc_model}, "
                                f"asked for {job.soc.arch} / {job.soc.soc_model}",
                                hint="the QNN EP ignored the chip options: check the onnxruntime-qnn version")
