@@ -147,6 +147,8 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
     assert "- removed: alpha/SM8650/fp16" in notes
     assert "- rebuilt: alpha/SM8550/fp16" in notes
     assert "raises the QNN runtime" not in notes  # the same QNN on both sides
+    # #44 item 2: the notes carry compare's table against the previous release, a removed target first
+    assert "Target by target (`qnn-release compare`" in notes and "| alpha/SM8650/fp16 | **removed** |" in notes
     # #41 item 2: a previous release built with an older QNN: the notes say first that this one needs a newer runtime
     for a in prev["assets"]:
         a["sdk_version"] = "2.50.40.260815120000"
@@ -159,6 +161,7 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
     assert f"raises the QNN runtime an app needs: {need} or newer (was 2.50.40" in notes
     assert notes.index("raises the QNN runtime") < notes.index("## Models x chips")
     assert f"| {need} or newer |" in notes
+    assert f"needs QNN runtime >= {need} (was 2.50.40)" in notes
 
 
 def test_build_package_publish_fetch_round_trip(built, tmp_path):

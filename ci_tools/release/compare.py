@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from .runtime import runtime_needed
 
 VERDICTS = ("real-samples", "generated-inputs", "not-verified")  # strongest first
 SKIPPED = re.compile(r"^(?P<model>[^/]+)/(?P<soc>[^/]+)/(?P<precision>\S+)(?: \((?P<why>.*)\))?$")
@@ -90,7 +91,8 @@ def targets(manifest: dict, folder: Path | None) -> dict[str, Numbers]:
             continue
         dev = a.get("device") or {}
         n = Numbers(status="released", verdict=a.get("verified_on"), cosine=a.get("cosine"), size=a.get("size"),
-                    compile_s=a.get("compile_seconds"), runtime=a.get("qnn_runtime"), device=dev.get("device"),
+                    compile_s=a.get("compile_seconds"), device=dev.get("device"),
+                    runtime=a.get("qnn_runtime") or runtime_needed(a.get("sdk_version")),  # older manifests: its QNN
                     device_ms=dev.get("latency_ms"))
         meta = _metadata(folder, a["name"]) if folder is not None else None
         if meta:

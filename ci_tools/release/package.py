@@ -435,8 +435,9 @@ def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: Manifest,
         return None
     notes_dir = notes_dir or loaded.root / "release_notes"
     prev = previous or _previous_manifest(notes_dir, tag)
-    notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=_changes(manifest, prev), previous=prev,
-                   runtimes=runtimes)
+    changes = _changes(manifest, prev)
+    notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=changes, previous=prev,
+                   runtimes=runtimes, comparison=None if changes["first"] else _comparison(loaded, manifest, prev, tmp))
     write_atomic(tmp / "RELEASE_NOTES.md", notes)
     return notes_dir / f"{tag}.md"
 
@@ -582,6 +583,17 @@ def _changes(manifest: Manifest, previous: Path | None) -> dict:
             "rebuilt": sorted("/".join(k) for k in new_by.keys() & old_by.keys() if new_by[k] != old_by[k]),
             "first": False, "previous_tag": data.get("tag"), "runtime_before": before, "runtime_now": now,
             "runtime_raised": bool(before and now and not loads_on(now, before))}
+
+
+def _comparison(loaded: LoadedMatrix, manifest: Manifest, previous: Path, folder: Path) -> str:
+    """The table `qnn-release compare` prints, this release against the previous one (its manifest's numbers)."""
+    from .compare import compare, markdown, targets
+    from .manifest import manifest_json
+
+    bounds = loaded.matrix.release.regressions
+    old = json.loads(Path(previous).read_text())
+    rows = compare(targets(old, None), targets(manifest_json(manifest), folder), bounds, frozenset(bounds.accept))
+    return markdown(rows, str(old.get("tag") or "the previous release"), str(manifest.tag), bounds)
 
 
 def _newest_runtime(versions) -> str | None:
