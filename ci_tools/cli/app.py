@@ -179,8 +179,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         return 0
     written = write(root, files)
     (root / FETCH_SH).chmod(0o755)  # run directly or as `sh qnn-fetch.sh`
-    print(f"rendered {len(files)} files into {root / '.github' / 'workflows'} and {root / 'clients'}"
-          + (f"; changed: {', '.join(str(w.name) for w in written)}" if written else "; nothing changed"))
+    names = [str(w.name) for w in written]  # at catalogue size a thousand: the first few, and how many more
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8:,} more" if len(names) > 8 else "")
+    print(f"rendered {len(files):,} files into {root / '.github' / 'workflows'} and {root / 'clients'}"
+          + (f"; changed {len(names):,}: {shown}" if written else "; nothing changed"))
     return 0
 
 

@@ -191,6 +191,10 @@ def _message(err: dict, root: type) -> tuple[str, str | None]:
     if typ in ("int_type", "int_parsing") and "shape" in loc:
         return (f"expected a fixed positive integer dimension, got {value!r}",
                 "static shapes only: replace a named/dynamic dimension by its size (batch 1, a fixed chunk)")
+    if typ == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        # YAML reads 000...0, 1e5 or an all-digit commit as a number: the value was meant as text
+        return (f"expected a string, got {type(value).__name__} {value!r}",
+                "YAML read it as a number: quote it (\"0000...\" for a sha256 or a commit)")
     if typ in _KIND:
         return f"expected {_KIND[typ]}, got {type(value).__name__} {value!r}", None
     if typ == "value_error":

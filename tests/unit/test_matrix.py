@@ -53,3 +53,17 @@ def test_group_members_without_fp16_are_refused_by_plan_with_the_reason(tmp_path
     assert built | set(refused) == phones and not built & set(refused)
     assert built == {n for n in phones if cat.get(n).fp16 is True}
     assert "has no fp16" in refused["SM8350"] and "no source says" in refused["SM8475"]
+
+
+def test_a_sha256_yaml_reads_as_a_number_says_to_quote_it(tmp_path):
+    """#46: an unquoted placeholder sha256 (000...0) is the integer 0 to YAML: the message says so, with the fix."""
+    from ci_tools.errors import ConfigError
+    from tests.conftest import REPO
+
+    text = (REPO / "matrix" / "models.yaml").read_text()
+    pin = "7776b81ad1b0350c15d7f1555943b9232eb53e9ca5d989c6d0cea9ebc8664d87"
+    (tmp_path / "matrix").mkdir()
+    (tmp_path / "matrix" / "models.yaml").write_text(text.replace(pin, "0" * 64))
+    with pytest.raises(ConfigError) as e:
+        load_matrix(tmp_path / "matrix" / "models.yaml")
+    assert "expected a string, got int 0" in e.value.message and "quote it" in (e.value.hint or "")
