@@ -122,7 +122,8 @@ def native_log(path: Path | None):
 
 
 def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
-                    allow_cpu_fallback: bool = False, log: Path | None = None) -> tuple[Path, Path]:
+                    allow_cpu_fallback: bool = False, log: Path | None = None, label: str | None = None
+                    ) -> tuple[Path, Path]:
     """Compile ``model`` into ``<out_dir>/<stem>_ctx.onnx`` + ``<stem>_ctx_qnn.bin``.
 
     The EP refuses to write over an existing file, and a crash half-way must not leave a
@@ -137,7 +138,9 @@ def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
         # in the helper process: minutes of native work that SIGTERM/Ctrl-C must be able to stop
         failure = isolated.call(_compile_here, str(model), options, str(scratch / f"{stem}_ctx.onnx"),
                                 allow_cpu_fallback, str(log) if log is not None else None,
-                                what=f"compiling {model.name} for soc_model {options.get('soc_model', '?')}")
+                                # the heartbeat names the target (model.graph.soc.precision), not graph.onnx
+                                what=f"compiling {label or model.name} for soc_model "
+                                     f"{options.get('soc_model', '?')}")
         if failure is not None:
             err = CompileError(failure)
             if log is not None and log.is_file():

@@ -74,7 +74,8 @@ class OrtBackend(Backend):
         log = job.out_dir / "logs" / "compile.log"
         start = time.monotonic()
         try:
-            ctx, binary = qnn_ep.compile_context(model, job.out_dir, job.prepared.graph, options, log=log)
+            ctx, binary = qnn_ep.compile_context(model, job.out_dir, job.prepared.graph, options, log=log,
+                                                 label=job.target_id)
         except CompileError as e:
             rejected = e.rejected
             if not rejected and ("CPU" in e.message or "fallback" in e.message.lower() or "assigned" in e.message):
