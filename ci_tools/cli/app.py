@@ -186,6 +186,24 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pin(args: argparse.Namespace) -> int:
+    from ..matrix.schema import load_matrix
+    from ..sources.pin import find_pins, write_pins
+    from ..sources.store import default_cache
+
+    loaded = load_matrix(args.matrix)
+    pins = find_pins(loaded, args.cache or default_cache(), args.model)
+    stale = [p for p in pins if p.old != p.new]
+    for p in stale:
+        print(f"{loaded.path.name}: {p.where}: {(p.old or 'none')[:12]}... -> {p.new}")  # a name: 12 hex digits
+    if args.check:
+        print(f"{len(stale)} of {len(pins)} pin(s) missing or stale" if stale else f"all {len(pins)} pins current")
+        return 1 if stale else 0
+    written = write_pins(loaded.path, stale)
+    print(f"pinned {len(written)} of {len(pins)} file(s) in {loaded.path}" + ("" if stale else ": all current"))
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..errors import RegressionFound
     from ..matrix.schema import load_matrix
@@ -448,7 +466,16 @@ def _catalog_and_matrix_commands(sub) -> None:
 
 
 def _adoption_and_comparison_commands(sub) -> None:
-    """compare, changed, init: what a repository of one's own and an SDK bump need."""
+    """compare, changed, init, pin: what a repository of one's own, a new model and an SDK bump need."""
+    p = sub.add_parser("pin", help="fill in or update every sha256 of the matrix's sources and samples in one go "
+                       "(each file fetched as a build would), keeping comments and layout; says what changed")
+    _matrix_arg(p)
+    p.add_argument("--model", action="append", help="only this model (repeatable)")
+    p.add_argument("--cache", type=Path, default=None, help="the cache sources are fetched into (default: "
+                   "QNN_RELEASE_CACHE or ~/.cache/qnn-release)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a pin is missing or stale")
+    p.set_defaults(func=cmd_pin)
+
     p = sub.add_parser("compare", help="what a new release changes against an old one, target by target "
                        "(regressions first); exit 13 on a regression the matrix does not accept")
     p.add_argument("old", help="the old release: a packaged folder (dist/) or a published OWNER/NAME@TAG")

@@ -43,6 +43,9 @@ class SourceStore:
         self.cache = Path(cache)
         self.blobs = self.cache / "blobs"
         self.repo_root = repo_root
+        # `qnn-release pin`: a file whose digest is not its pin is kept under its own digest instead of refused
+        # (the pin is what is being found); never set for a build
+        self.pinning = False
 
     def _blob(self, sha: str) -> Path:
         return self.blobs / sha
@@ -68,6 +71,7 @@ class SourceStore:
             return None
 
     def _named(self, blob: Path, sha: str, key: str) -> Path:
+        sha = blob.name  # the blob's own digest (the pin's, unless `pin` is finding it)
         try:
             known = self._names_file(sha).read_text().splitlines()
         except OSError:
@@ -83,16 +87,17 @@ class SourceStore:
     def _store(self, path: Path, sha: str, what: str) -> Path:
         """Copy ``path`` into the store if its digest is ``sha``; atomically, so a blob is always whole."""
         got = sha256_file(path)
-        if got != sha:
+        if got != sha and not self.pinning:
             raise SourceError(f"{what}: sha256 {got} does not match the pin {sha}",
-                              hint="the file changed upstream or the download is corrupt; check the pin")
+                              hint="the file changed upstream or the download is corrupt; check the pin "
+                                   "(`qnn-release pin` records every missing or changed one at once)")
         self.blobs.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=f".{sha[:12]}.")
+        fd, tmp = tempfile.mkstemp(dir=self.blobs, prefix=f".{got[:12]}.")
         os.close(fd)
         shutil.copyfile(path, tmp)
         as_if_created(Path(tmp))
-        os.replace(tmp, self._blob(sha))
-        return self._blob(sha)
+        os.replace(tmp, self._blob(got))
+        return self._blob(got)
 
     def fetch(self, model: Model) -> dict[str, Path]:
         """name -> verified blob path, for every file of the model's source."""
@@ -117,6 +122,8 @@ class SourceStore:
             if not path.is_file():
                 raise SourceError(f"{model.name}: source path {src.path} does not exist under {self.repo_root}",
                                   hint="paths are relative to the repository that holds the matrix")
+            if self.pinning:
+                return {Path(src.path).name: self._store(path, src.sha256, str(path))}
             if self._have(src.sha256) is not None and sha256_file(path) != src.sha256:  # the file, as it is now
                 raise SourceError(f"{model.name}: {src.path}: sha256 {sha256_file(path)} does not match the pin "
                                   f"{src.sha256}", hint="the file changed: update source.sha256 if that is intended")
@@ -369,7 +376,7 @@ class SourceStore:
                                   hint="check repo, revision and file name") from None
             except (HfHubHTTPError, OSError) as e:
                 raise SourceError(f"{src.repo}: download of {name} failed: {str(e).splitlines()[0]}") from None
-            if sha256_file(path) == sha:
+            if self.pinning or sha256_file(path) == sha:
                 return self._store(path, sha, f"{src.repo}:{name}")
             # huggingface_hub checks only sizes: a corrupt file of the right size stays cached
             # and is returned again, so drop it and download once more.
