@@ -128,6 +128,9 @@ def test_an_adopted_repository_releases_through_its_workflows_with_the_pinned_to
     repo = _adopt(tmp_path)
     _add_own_model(repo)
     assert run_cli("render", cwd=repo).returncode == 0
+    # the image job's reference: the recipe (Dockerfile, what it copies) is the tool's, which the repository lacks
+    r = run_cli("image", "--owner", "Acme-Labs", cwd=repo)
+    assert r.returncode == 0 and "ref=ghcr.io/acme-labs/qnn-sdk:" in r.stdout, r.stderr
     sdk = make_fake_sdk(tmp_path / "sdk")
     wf = repo / ".github" / "workflows"
     with FakeGitHub() as gh:

@@ -112,3 +112,28 @@ def test_a_model_of_an_included_file_is_built_when_it_changes(tmp_path):
     (repo / "matrix" / "tts.yaml").write_text(yaml.safe_dump({"version": 1, "sdk": SDK_SECTION, "models": [voice]}))
     _commit(repo)
     assert _changed(repo, base)[0] == ["voice"]
+
+
+def test_the_base_is_the_last_successful_run_when_github_says_one(tmp_path):
+    """A pending run GitHub cancelled (a newer push of the concurrency group queued) must not lose its models: the
+    push is compared with the commit of main.yaml's last successful run, not only with its own `before`."""
+    import os
+
+    from tests.fakes.fake_github import FakeGitHub
+
+    repo = _repo(tmp_path)
+    built = _git(repo, "rev-parse", "HEAD")  # the last push main.yaml built
+    m = yaml.safe_load((repo / "matrix" / "models.yaml").read_text())
+    m["models"][0]["chips"] = ["SM8650"]  # a push whose run was cancelled while pending
+    (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    cancelled = _commit(repo)
+    (repo / "README.md").write_text("docs")  # the newer push: its `before` is the cancelled one
+    _commit(repo)
+    matrix = str(repo / "matrix" / "models.yaml")
+    with FakeGitHub() as gh:
+        gh.state.runs = [{"workflow": "main.yaml", "status": "success", "head_branch": "main", "head_sha": built}]
+        env = {**os.environ, "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token}
+        r = run_cli("changed", "--matrix", matrix, "--base", cancelled, "--since-success", "acme/models", env=env)
+    assert r.returncode == 0 and r.stdout.split() == ["m0"], r.stdout + r.stderr
+    r = run_cli("changed", "--matrix", matrix, "--base", cancelled)  # its own `before` alone would miss it
+    assert r.returncode == 0 and r.stdout.split() == [], r.stdout

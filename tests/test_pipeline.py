@@ -179,18 +179,20 @@ def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_l
 def test_image_reference_is_immutable_lower_case_and_needs_pins(tmp_path):
     repo = _repo(tmp_path)
     matrix = repo / "matrix" / "models.yaml"
-    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
+    # run from the repository's own copy of the tool (cwd: `python -m ci_tools` imports it), as a job does: the
+    # recipe is the tool's checkout's
+    r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs", cwd=repo)
     assert r.returncode == 0, r.stderr
     out = dict(line.split("=", 1) for line in r.stdout.splitlines())
     assert re.fullmatch(r"ghcr\.io/acme-labs/qnn-sdk:2\.40\.0\.251030-[0-9a-f]{12}", out["ref"])
     assert out["revision"] == PINS["revision"] and out["sha256"] == PINS["sha256"]
     # what goes into the image changes the tag: the Dockerfile, the pins
     (repo / "Dockerfile-2.40").write_text((repo / "Dockerfile-2.40").read_text() + "\n# changed\n")
-    r2 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
+    r2 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs", cwd=repo)
     assert r2.returncode == 0 and r2.stdout.splitlines()[0] != r.stdout.splitlines()[0]
     fetcher = repo / "ci_tools" / "qairt_zip.py"  # copied into the image by the Dockerfile
     fetcher.write_text(fetcher.read_text() + "\n# changed\n")
-    r3 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs")
+    r3 = run_cli("image", "--matrix", str(matrix), "--owner", "Acme-Labs", cwd=repo)
     assert r3.returncode == 0 and r3.stdout.splitlines()[0] not in (r.stdout.splitlines()[0],
                                                                    r2.stdout.splitlines()[0])
     unpinned = _repo(tmp_path / "u", pins={"revision": None, "sha256": PINS["sha256"]})

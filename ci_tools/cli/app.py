@@ -233,7 +233,13 @@ def cmd_changed(args: argparse.Namespace) -> int:
     from ..workflows.jobs import MAX_JOBS
 
     loaded = load_matrix(args.matrix)
-    changes = changed_models(loaded.root, loaded.path, args.base)
+    base = args.base
+    if args.since_success:
+        from ..release.github import Connection, token_from_env
+        from ..workflows.changes import last_success
+
+        base = last_success(args.since_success, "main.yaml", "main", Connection(token=token_from_env())) or base
+    changes = changed_models(loaded.root, loaded.path, base)
     print(f"{changes.why}", file=sys.stderr)
     for name in changes.models:
         print(name)
@@ -490,6 +496,9 @@ def _adoption_and_comparison_commands(sub) -> None:
                        "files, or what every model is made from changed); main.yaml's export matrices read it")
     _matrix_arg(p)
     p.add_argument("--base", required=True, help="the commit before the push (github.event.before)")
+    p.add_argument("--since-success", metavar="OWNER/NAME", help="compare with the commit of main.yaml's last "
+                   "successful run on main instead, when GitHub says one (a cancelled pending run's push is then "
+                   "still built)")
     p.add_argument("--github-output", metavar="FILE", help="append models1 ... modelsN (JSON lists of at most 256, "
                    "one per export matrix of main.yaml) and count to FILE ($GITHUB_OUTPUT)")
     p.set_defaults(func=cmd_changed)

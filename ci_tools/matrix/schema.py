@@ -501,8 +501,9 @@ class Matrix(_Frozen):
     tool: Tool | None = Field(default=None, description="qnn-release at a pinned commit (a repository that adopted "
                               "it with `qnn-release init`); absent: this repository is qnn-release itself")
     include: list[str] = Field(default=[], description="other matrix files (relative to this one) whose models are "
-                               "released with this matrix's, by the same workflows and under the same SDK pins: "
-                               "each keeps its own file; its sdk must be this one's, its models' names unique")
+                               "released with this matrix's, by the same workflows and with this matrix's sdk pins "
+                               "(an included file's own sdk block applies only when it is built on its own; an SDK "
+                               "bump changes this file): each keeps its own file, its models' names unique")
     models: list[Model] = Field(min_length=1)
 
     def model(self, name: str) -> Model:
@@ -731,9 +732,6 @@ def _with_included(matrix: Matrix, path: Path, lines, catalog: Catalog) -> Matri
         sub = load_matrix(other, catalog).matrix
         if sub.include:
             raise ConfigError(f"{where}: {name} includes others in turn", hint="include every file from one matrix")
-        if sub.sdk != matrix.sdk:
-            raise ConfigError(f"{where}: {name} pins another SDK than this matrix",
-                              hint="models released together are built with one SDK: copy this matrix's sdk block")
         for m in sub.models:
             if m.name in seen:
                 raise ConfigError(f"{where}: model '{m.name}' is in {seen[m.name].name} too",

@@ -77,10 +77,12 @@ def _from_metadata(n: Numbers, meta: dict) -> None:
     n.snr_db = min(snrs) if snrs else None
     ems = [g.get("emulator_latency_ms") for g in graphs]
     n.emulator_ms = round(sum(ems), 1) if ems and all(isinstance(x, (int, float)) for x in ems) else None
-    for key, name in (("transcript", "wer"), ("speech", "snr_db")):  # the recipes' own measures, where recorded
+    # the recipes' own measures, where recorded: Whisper's transcripts, the voice's round trip and decoder windows
+    for key, name, as_ in (("transcript", "wer", "wer"), ("speech", "wer", "wer"),
+                           ("speech", "worst_chunk_snr_db", "voice_snr_db")):
         value = (meta.get(key) or {}).get(name) if isinstance(meta.get(key), dict) else None
         if isinstance(value, (int, float)):
-            n.recipe["wer" if name == "wer" else "voice_snr_db"] = float(value)
+            n.recipe[as_] = float(value)
 
 
 def targets(manifest: dict, folder: Path | None) -> dict[str, Numbers]:
@@ -110,6 +112,13 @@ def _grew(old: float | None, new: float | None, bound: float) -> bool:
     return old is not None and new is not None and old > 0 and (new - old) / old > bound
 
 
+def _only_new(old: Numbers, new: Numbers, measure: str) -> bool:
+    """Whether the new side has a measure the old one lacks (what a manifest-only side cannot give)."""
+    if measure == "SNR":
+        return new.snr_db is not None and old.snr_db is None
+    return "wer" in new.recipe and "wer" not in old.recipe
+
+
 def judge(key: str, old: Numbers | None, new: Numbers | None, bounds) -> Row:
     """The row of one target: what changed, and which changes are regressions under ``bounds``."""
     changes: list[str] = []
@@ -135,6 +144,13 @@ def judge(key: str, old: Numbers | None, new: Numbers | None, bounds) -> Row:
     wer_old, wer_new = old.recipe.get("wer"), new.recipe.get("wer")
     if wer_old is not None and wer_new is not None and wer_new - wer_old > bounds.wer_rise:
         bad.append(f"WER {wer_old:.1%} -> {wer_new:.1%}")
+    v_old, v_new = old.recipe.get("voice_snr_db"), new.recipe.get("voice_snr_db")
+    if v_old is not None and v_new is not None and v_old - v_new > bounds.snr_drop_db:
+        bad.append(f"voice SNR {v_old:.1f} -> {v_new:.1f} dB")
+    unjudged = [m for m in ("SNR", "WER") if _only_new(old, new, m)]
+    if unjudged:
+        changes.append(f"{' and '.join(unjudged)} not judged: the old side has no archive numbers (a published "
+                       "manifest); compare two release folders to judge them")
     if old.runtime != new.runtime and new.runtime:
         changes.append(f"needs QNN runtime >= {new.runtime} (was {old.runtime or 'not recorded'})")
     if old.size and new.size and abs(new.size - old.size) / old.size >= 0.01 and not any(

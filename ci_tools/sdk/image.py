@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..matrix.schema import LoadedMatrix, QairtSdk
+from ..paths import REPO_ROOT
 
 DOCKERFILE = "Dockerfile-2.40"
 # what the Dockerfile copies into the image besides the pins: part of the tag's digest
@@ -54,10 +55,12 @@ def pinned_sdk(loaded: LoadedMatrix) -> QairtSdk:
 
 def image(loaded: LoadedMatrix, owner: str, dockerfile: Path | None = None) -> Image:
     sdk = pinned_sdk(loaded)
-    dockerfile = dockerfile or loaded.root / DOCKERFILE
+    # the recipe is the tool's (its checkout: this repository, or an adopter's pinned .qnn-release-tool), never the
+    # adopting repository's, which has no Dockerfile of its own
+    dockerfile = dockerfile or REPO_ROOT / DOCKERFILE
     try:
-        recipe = dockerfile.read_bytes() + b"".join((loaded.root / f).read_bytes() for f in IMAGE_INPUTS
-                                                    if (loaded.root / f).is_file())
+        recipe = dockerfile.read_bytes() + b"".join((REPO_ROOT / f).read_bytes() for f in IMAGE_INPUTS
+                                                    if (REPO_ROOT / f).is_file())
     except OSError as e:
         raise ConfigError(f"{dockerfile}: cannot read the image recipe: {e.strerror}") from None
     if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", owner or ""):

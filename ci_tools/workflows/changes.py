@@ -10,6 +10,7 @@ every model and says why: never fewer than needed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,15 +56,22 @@ def _with_included(rel: str, read) -> tuple[dict | None, dict[str, dict]]:
     return rest, models
 
 
-def _reads(entry: dict) -> list[str]:
-    """The repository paths a model entry's ``path`` sources read (its model and its samples)."""
-    out = []
-    for key in ("source", "samples"):
-        src = entry.get(key)
-        src = src.get("source", src) if key == "samples" and isinstance(src, dict) else src
-        for s in (src.get("sources") or [src]) if isinstance(src, dict) else []:
-            if isinstance(s, dict) and s.get("kind") == "path" and isinstance(s.get("path"), str):
-                out.append(s["path"].rstrip("/"))
+def _reads(entry: dict, root: Path) -> list[str]:
+    """The repository paths a model entry reads: any value, or word of a command, naming a file or folder of the
+    repository (its ``path`` sources, samples, ``calibration.path``, an export script, a verify sentences file)."""
+    out: list[str] = []
+    stack: list[object] = [entry]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack += list(item.values())
+        elif isinstance(item, list):
+            stack += item
+        elif isinstance(item, str) and len(item) < 4096:
+            for word in item.split():
+                word = word.strip("'\"").rstrip("/")
+                if word and not word.startswith(("/", "-", "..")) and "://" not in word and (root / word).exists():
+                    out.append(word)
     return out
 
 
@@ -90,7 +98,7 @@ def changed_models(root: Path, matrix: Path, base: str | None) -> Changes:
     if hit:
         return Changes(everyone, f"{hit} changed (qnn-release's own source): every model")
     picked = [name for name, entry in now.items() if old.get(name) != entry
-              or any(p == r or p.startswith(r + "/") for r in _reads(entry) for p in changed)]
+              or any(p == r or p.startswith(r + "/") for r in _reads(entry, root) for p in changed)]
     return Changes(sorted(picked), f"{len(picked)} of {len(now)} model(s) changed since {base[:12]}"
                    + (f": {', '.join(sorted(picked)[:5])}{' ...' if len(picked) > 5 else ''}" if picked else ""))
 
@@ -104,3 +112,17 @@ def github_output(changes: Changes, shards: int, per_shard: int) -> str:
     if sum(map(len, lists)) != len(changes.models):
         raise ValueError(f"{len(changes.models)} models do not fit {shards} matrices of {per_shard}")
     return "".join(f"models{i + 1}={json.dumps(x)}\n" for i, x in enumerate(lists)) + f"count={len(changes.models)}\n"
+
+
+def last_success(repo: str, workflow: str, branch: str, via) -> str | None:
+    """The commit of the newest successful run of ``workflow`` on ``branch`` (REST API, "List workflow runs for a
+    workflow": status=success), or None. A push's own ``before`` is not enough: GitHub cancels a pending run when a
+    newer one of its concurrency group queues, and that push's models would never be built."""
+    gh = via.client(repo)
+    r = gh.request("GET", f"/repos/{repo}/actions/workflows/{workflow}/runs",
+                   params={"branch": branch, "status": "success", "per_page": 1})
+    if r.status_code != 200:
+        return None
+    runs = r.json().get("workflow_runs") or []
+    sha = runs[0].get("head_sha") if runs and isinstance(runs[0], dict) else None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{40}", sha) else None

@@ -57,6 +57,7 @@ class Estimate:
     edit_minutes: float = 0.0  # a push editing one model (main.yaml: changes, image, its precompile and smoke)
     all_minutes: float = 0.0  # a push changing what every model is made from (SDK, tool pin, qnn-release's source)
     smoke_minutes: float = 0.0  # the SDK image's pull-request smoke test: one chip per model, in one job
+    biggest_model_targets: int = 0  # the most targets one model has (the bump check builds them in one job)
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -150,6 +151,7 @@ def estimate(loaded: LoadedMatrix, targets, concurrency: int = 20, measured: dic
     per_model = 2 * JOB_OVERHEAD_MIN + PRECOMPILE_MIN + TARGET_MIN  # its precompile and its one-chip smoke
     fixed = JOB_OVERHEAD_MIN + TAIL_MIN["image"]  # the changes job and the image job (found in the registry)
     return Estimate(models=models, edit_minutes=round(fixed + per_model, 1),
+                    biggest_model_targets=max((len(t) for t in by_model(targets).values()), default=0),
                     all_minutes=round(fixed + models * per_model, 1),
                     smoke_minutes=round(TAIL_MIN["image"] + models * (PRECOMPILE_MIN + TARGET_MIN), 1),
                     publish_minutes=round(publish, 1), publish_runs=math.ceil(publish / JOB_MAX_MIN),
@@ -198,9 +200,15 @@ def recurring_text(e: Estimate) -> list[str]:
     if e.smoke_minutes > JOB_MAX_MIN:
         fit = JOB_MAX_MIN // (PRECOMPILE_MIN + TARGET_MIN)
         smoke += (f", over a job's 6 h: GitHub cancels it before it ends (about {fit:.0f} models fit); a bump then "
-                  "rests on sdk-bump.yaml's builds")
+                  "rests on sdk-bump-check.yaml's builds")
     plans = ", ".join(f"{name} {minutes:,} min and {storage}" for name, storage, minutes in PLANS)
+    bump = e.models * (JOB_OVERHEAD_MIN + PRECOMPILE_MIN) + e.targets * TARGET_MIN + TAIL_MIN["package"]
+    biggest = e.biggest_model_targets * TARGET_MIN + PRECOMPILE_MIN
     return [
+        f"the SDK bump's pull request (sdk-bump-check.yaml): every target built again, one job per model "
+        f"({e.models:,} jobs and a compare), about {bump:,.0f} runner minutes; its biggest model's job about "
+        f"{biggest:,.0f} min" + (" (over the job's 300-minute limit: its targets show as removed)"
+                                 if biggest > 300 else ""),
         f"per push to main (main.yaml builds only what changed, `qnn-release changed`): editing one model is 4 jobs, "
         f"about {e.edit_minutes:,.0f} runner minutes; changing the SDK, the tool's pin or qnn-release's source is "
         f"every model's precompile and smoke, {2 + 2 * e.models:,} jobs, about {e.all_minutes:,.0f} runner minutes",

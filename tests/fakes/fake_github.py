@@ -184,6 +184,12 @@ class Handler(BaseHTTPRequestHandler):
                     if r["repo"] == m[1] and r["tag_name"] == m[2] and not r["draft"]:
                         return self._send(200, self._release_json(rid))
                 return self._send(404, {"message": "Not Found"})
+            m = re.fullmatch(r"/repos/([^/]+/[^/]+)/actions/workflows/([^/]+)/runs", path)
+            if m and self.command == "GET":  # REST API "List workflow runs for a workflow" (status, branch filters)
+                runs = [r for r in getattr(st, "runs", []) if r.get("workflow") == m[2]
+                        and r.get("status") == query.get("status", [r.get("status")])[0]
+                        and r.get("head_branch") == query.get("branch", [r.get("head_branch")])[0]]
+                return self._send(200, {"total_count": len(runs), "workflow_runs": runs[::-1][:1]})
             m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases/latest", path)
             if m and self.command == "GET":  # REST API "Get the latest release": published, not a pre-release,
                 # the one last marked latest (make_latest "true", the default), else the newest
