@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -134,14 +133,8 @@ def test_an_adopted_repository_releases_through_its_workflows_with_the_pinned_to
     sdk = make_fake_sdk(tmp_path / "sdk")
     wf = repo / ".github" / "workflows"
     with FakeGitHub() as gh:
-        runner = Runner(repo=repo, work=tmp_path / "runner", tools={f"{TOOL_REPO}@{OLD}": _tool(tmp_path)}, context={
-            "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
-            "github.event.repository.fork": False, "github.event.repository.visibility": "public",
-            "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
-            "secrets.QAI_HUB_API_TOKEN": "", "needs.image.result": "success", "needs.export.result": "success",
-            "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED, "inputs.model": "m"},
-            env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
-                 "GITHUB_REPOSITORY": OWNER_REPO, "QNN_RELEASE_CACHE": ""})
+        runner = Runner.tag_push(repo, tmp_path / "runner", gh, sdk, image=PINNED, repository=OWNER_REPO,
+                                 tools={f"{TOOL_REPO}@{OLD}": _tool(tmp_path)})
         export, release = wf / "qnn-export.yaml", wf / "release.yaml"
         assert runner.job(export, "precompile"), "\n".join(runner.log[-3:])
         (chip,) = json.loads(runner.context["needs.precompile.outputs.jobs1"])["include"]

@@ -6,7 +6,6 @@ import hashlib
 import json
 import re
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
@@ -73,15 +72,7 @@ def release_run(tmp_path):
     assert r.returncode == 0, r.stderr
     sdk = make_fake_sdk(tmp_path / "sdk")
     with FakeGitHub() as gh:
-        # a tag push: the called export workflows see the caller's github.* (event push) and full: true
-        runner = Runner(repo=repo, work=tmp_path / "runner", context={
-            "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
-            "github.event.repository.fork": False, "github.event.repository.visibility": "public",
-            "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
-            "secrets.QAI_HUB_API_TOKEN": "", "needs.image.result": "success", "needs.export.result": "success",
-            "needs.image.outputs.pinned": PINNED, "inputs.image": PINNED, "inputs.model": "m"},
-            env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
-                 "GITHUB_REPOSITORY": OWNER_REPO, "QNN_RELEASE_CACHE": ""})
+        runner = Runner.tag_push(repo, tmp_path / "runner", gh, sdk, image=PINNED, repository=OWNER_REPO)
         yield runner, repo / ".github" / "workflows", gh
 
 

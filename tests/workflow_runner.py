@@ -58,6 +58,20 @@ class Runner:
     runs: int = 0
     tools: dict[str, Path] = field(default_factory=dict)  # OWNER/NAME@REF -> a local checkout standing in for it
 
+    @classmethod
+    def tag_push(cls, repo: Path, work: Path, gh, sdk: Path, *, image: str, repository: str, model: str = "m",
+                 tools: dict[str, Path] | None = None) -> Runner:
+        """A release run for tag v1.0.0 against the stand-in GitHub ``gh``, the image job's result given as
+        ``image``: the called export workflows see the caller's github.* (event push) and full: true."""
+        return cls(repo=repo, work=work, tools=tools or {}, context={
+            "github.event_name": "push", "github.ref": "refs/tags/v1.0.0", "inputs.full": True,
+            "github.event.repository.fork": False, "github.event.repository.visibility": "public",
+            "secrets.GITHUB_TOKEN": gh.state.token, "secrets.HF_TOKEN": "", "github.ref_name": "v1.0.0",
+            "secrets.QAI_HUB_API_TOKEN": "", "needs.image.result": "success", "needs.export.result": "success",
+            "needs.image.outputs.pinned": image, "inputs.image": image, "inputs.model": model},
+            env={"QNN_SDK_ROOT": str(sdk), "QNN_PYTHON": sys.executable, "GITHUB_API_URL": gh.url,
+                 "GITHUB_REPOSITORY": repository, "QNN_RELEASE_CACHE": ""})
+
     def job(self, workflow: Path, job_id: str, matrix: dict | None = None, extra_env: dict | None = None
             ) -> bool | None:
         """Run one job (one matrix entry); True when every step passed, None when its ``if:`` skips it."""

@@ -25,7 +25,6 @@ from ..prepare.graph import Prepared
 from ..prepare.quantize import BITS
 from ..recipes import ArchiveExtras, ArchivePart, recipe_for
 from ..sources.store import sha256_file
-from ..util import cmd
 from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
 from ..util.validation import first_error
@@ -64,12 +63,10 @@ def sdk_sha256(root: Path) -> str | None:
 
 def _git_commit() -> str | None:
     from ..paths import REPO_ROOT
+    from ..util.git import git_out
 
-    try:
-        r = cmd.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    except OSError:
-        return None
-    return r.stdout.strip() if r.returncode == 0 else None
+    out = git_out(REPO_ROOT, "rev-parse", "HEAD")
+    return out.strip() if out is not None else None
 
 
 def _repo_revision(src) -> tuple[str, str | None]:

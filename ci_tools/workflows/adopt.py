@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..paths import REPO_ROOT
-from ..util import cmd
 from ..util.files import write_atomic
+from ..util.git import git_out
 
 DEMO = REPO_ROOT / "matrix" / "models.yaml"
 IGNORED = (".qnn-release-tool/", "dist/")
@@ -25,8 +25,7 @@ PIN = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<ref>[0-9a-f]{40})$")
 def own_pin() -> tuple[str, str, str | None]:
     """(OWNER/NAME, commit, tag or None) of the qnn-release checkout this runs from, from its git remote and HEAD."""
     def git(*argv: str) -> str:
-        r = cmd.run(["git", "-C", str(REPO_ROOT), *argv], capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
+        return (git_out(REPO_ROOT, *argv) or "").strip()
 
     url, ref = git("remote", "get-url", "origin"), git("rev-parse", "HEAD")
     found = re.search(r"github\.com[:/]([\w.-]+/[\w.-]+?)(\.git)?/?$", url)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from ..util import cmd
+from ..util.git import git_out
 
 # qnn-release's own sources: a change here can change every model's binaries (the prepare code, the templates)
 EVERYTHING = ("ci_tools/", "templates/", "Dockerfile-2.40", "pyproject.toml", "constraints.txt", "matrix/socs.yaml")
@@ -26,11 +26,6 @@ EVERYTHING = ("ci_tools/", "templates/", "Dockerfile-2.40", "pyproject.toml", "c
 class Changes:
     models: list[str]  # sorted
     why: str  # one line: what made them
-
-
-def _git(root: Path, *argv: str) -> str | None:
-    r = cmd.run(["git", "-C", str(root), *argv], capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
 
 
 def _entries(text: str | None) -> tuple[dict | None, dict[str, dict]]:
@@ -86,8 +81,8 @@ def changed_models(root: Path, matrix: Path, base: str | None) -> Changes:
     everyone = sorted(now)
     if not base or set(base) == {"0"}:
         return Changes(everyone, "no earlier commit to compare with (a new branch): every model")
-    paths = _git(root, "diff", "--name-only", base, "HEAD")
-    old_rest, old = _with_included(rel, lambda path: _git(root, "show", f"{base}:{path}"))
+    paths = git_out(root, "diff", "--name-only", base, "HEAD")
+    old_rest, old = _with_included(rel, lambda path: git_out(root, "show", f"{base}:{path}"))
     if paths is None or old_rest is None:
         return Changes(everyone, f"commit {base[:12]} or its {rel} cannot be read here (fetch it): every model")
     changed = [p for p in paths.splitlines() if p]
