@@ -116,7 +116,7 @@ def test_a_catalogue_is_published_in_linked_parts_resumes_and_every_client_finds
             assert r.archive == a.name and r.qnn_libs == f"qnn-libs-{SDK}.tar.bz2"
             _same_files(tmp_path / "py", a, folder, big)
         _sh(gh, tmp_path, late, big, folder)
-        _java(gh, tmp_path, late, big)
+        _java(gh, tmp_path, late, big, folder)
 
 
 def _same_files(dest, asset, folder, big) -> None:
@@ -152,7 +152,7 @@ def _sh(gh, tmp_path, late, big, folder) -> None:
             _same_files(dest, a, folder, big)
 
 
-def _java(gh, tmp_path, late, big) -> None:
+def _java(gh, tmp_path, late, big, folder) -> None:
     from tests.test_clients import JAVA, _compile_java, _java_tools
 
     classes = _compile_java(REPO / JAVA, tmp_path / "java")
@@ -186,3 +186,12 @@ def _java(gh, tmp_path, late, big) -> None:
         import hashlib
 
         assert hashlib.sha256(got).hexdigest() == kv["sha256"] == a.sha256
+    from tests.test_clients import COMMONS_COMPRESS, install_java
+
+    if COMMONS_COMPRESS.is_file():  # the Java installer does the same: from part2, and joined from its pieces
+        for a in (late, big):
+            dest = tmp_path / f"java-{a.model}"
+            r = install_java(classes, str(manifest), a.model, a.soc, dest, "-", base)
+            assert r.returncode == 0, r.stderr
+            _same_files(dest, a, folder, big)
+            assert (dest / f"qnn-libs-{SDK}" / "libQnnHtp.so").read_bytes() == b"\x7fELF htp"

@@ -30,6 +30,8 @@ from tests.fakes.fake_github import FakeGitHub
 
 OWNER_REPO, TAG, SDK = "acme/models", "v3.1.0", "2.40.0.251030"
 SCRIPT = REPO / FETCH_SH
+INSTALLER = JAVA.with_name("QnnModelInstaller.java")
+COMMONS_COMPRESS = Path("/usr/share/java/commons-compress.jar")
 
 
 # -- the spellings ------------------------------------------------------------------------------
@@ -73,7 +75,8 @@ def _compile_java(src: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     # Java 8 language level and API: what Android API 24 accepts
     r = subprocess.run([javac, "--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror", "-d", str(out), str(src),
-                        str(REPO / "tests" / "java" / "ResolverHarness.java")], capture_output=True, text=True)
+                        str(REPO / INSTALLER), str(REPO / "tests" / "java" / "ResolverHarness.java")],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     return out
 
@@ -275,6 +278,71 @@ def test_java_chooses_what_fetch_chooses(gh, tmp_path, java_classes):
             assert "no model 'asr' in this release" in r.stderr
 
 
+# -- the Java installer: downloads, checks and unpacks what the resolver chose -----------------------
+
+def _commons() -> Path:
+    if not COMMONS_COMPRESS.is_file():
+        pytest.skip("no Apache Commons Compress (apt-get install libcommons-compress-java) for the Java installer")
+    return COMMONS_COMPRESS
+
+
+def install_java(classes: Path, manifest: str, model: str, soc: str, dest: Path, *rest: str):
+    """``java qnnrelease.QnnModelInstaller`` as an app's build would run it (Commons Compress reads the bzip2)."""
+    _, java = _java_tools()
+    return subprocess.run([java, "-cp", f"{_commons()}{os.pathsep}{classes}", "qnnrelease.QnnModelInstaller",
+                           manifest, model, soc, str(dest), *rest], capture_output=True, text=True, timeout=120)
+
+
+def test_the_java_installer_installs_what_fetch_installs(gh, tmp_path, java_classes, monkeypatch):
+    """#41 item 3: the Java client downloads, checks the sha256 and unpacks, byte for byte what `fetch` writes,
+    with the same exit code for every case; the manifest read from the release's URL."""
+    monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))
+    folder = _release(tmp_path / "rel")
+    _publish(gh, folder)
+    url = f"{gh.url}/{OWNER_REPO}/releases/download/{TAG}/manifest.json"
+    for i, (model, soc, precision) in enumerate(CASES):
+        code, want = _python_case(gh, model, soc, precision, tmp_path / f"py{i}")
+        dest = tmp_path / f"java{i}"
+        r = install_java(java_classes, url, model, soc, dest, precision or "-")
+        assert r.returncode == code, (model, soc, precision, r.stdout, r.stderr)
+        if code:
+            assert r.stderr.count("\n") == 1 and r.stderr.startswith("QnnModelInstaller: error: "), r.stderr
+            assert not dest.exists() or not any(dest.iterdir())
+            continue
+        kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+        assert want.startswith(f"{kv['archive']} ")
+        assert Path(kv["path"]) == (dest / kv["archive"].removesuffix(".tar.bz2")).resolve()
+        with tarfile.open(folder / kv["archive"]) as tf:
+            files = {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
+        assert {str(p.relative_to(dest)): p.read_bytes() for p in Path(kv["path"]).rglob("*") if p.is_file()} == files
+        assert (Path(kv["qnn_libs_path"]) / "libQnnHtp.so").read_bytes() == b"\x7fELF htp"
+        assert sorted(p.name for p in dest.iterdir()) == sorted([Path(kv["path"]).name, f"qnn-libs-{SDK}"])
+    # installed again over itself: the new copy replaces the old one only when whole
+    (tmp_path / "java0" / f"qnn-libs-{SDK}" / "stale.so").write_bytes(b"old")
+    r = install_java(java_classes, url, "vad", "sm8750-ac", tmp_path / "java0")
+    assert r.returncode == 0 and not (tmp_path / "java0" / f"qnn-libs-{SDK}" / "stale.so").exists(), r.stderr
+
+
+@pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink", "outside-top", "fifo"])
+def test_the_java_installer_refuses_malicious_archives_leaving_dest_as_it_was(gh, tmp_path, java_classes, kind):
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    model = next(a for a in manifest["assets"] if a["kind"] == "model")
+    _evil(folder / model["name"], model["name"].removesuffix(".tar.bz2"), kind)
+    _finish(folder, manifest["assets"])
+    _publish(gh, folder)
+    dest = tmp_path / "outer" / "dest"
+    dest.mkdir(parents=True)
+    (dest / "mine.txt").write_text("app data")
+    r = install_java(java_classes, str(folder / "manifest.json"), "vad", "SM8750", dest, "-",
+                     f"{gh.url}/{OWNER_REPO}/releases/download/{TAG}/")
+    assert r.returncode == 9, r.stdout + r.stderr
+    assert "refused" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["mine.txt"]
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["dest"]
+    assert not Path("/tmp/qnn-fetch-evil-absolute.txt").exists() and not (tmp_path / "evil.txt").exists()
+
+
 # -- qnn-fetch.sh against the fake GitHub ---------------------------------------------------------
 
 def _run_sh(sh: str, gh, tmp: Path, *args: str, downloader: str | None = None) -> subprocess.CompletedProcess:
@@ -430,7 +498,8 @@ def _java_code(classes: Path | None, manifest: Path, model: str, soc: str) -> in
 
 def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, request, monkeypatch):
     """#41 item 4: the same fault against each client, the same exit code (docs/app-developers.md, "Exit codes");
-    the Java resolver reads a manifest and downloads nothing, so it has no download faults."""
+    the Java resolver reads a manifest and downloads nothing, so it has no download faults; the Java installer
+    downloads, so it has them all."""
     monkeypatch.setenv("QNN_RELEASE_CACHE", str(tmp_path / "cache"))  # its own downloads
     java_classes = request.getfixturevalue("java_classes") if _java_tools() else None
     folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")], libs=False)
@@ -452,6 +521,10 @@ def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, 
             out[sh] = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{tag}", "--model", model, "--soc", soc,
                               "--dest", str(dest)).returncode
         out["java"] = _java_code(java_classes, manifest or folder / "manifest.json", model, soc)
+        if java_classes is not None and COMMONS_COMPRESS.is_file():  # the installer downloads: every fault applies
+            url = f"{gh.url}/{OWNER_REPO}/releases/download/{tag}/manifest.json"
+            out["java-installer"] = install_java(java_classes, url, model, soc,
+                                                 tmp_path / f"jinst-{len(os.listdir(tmp_path))}").returncode
         return out
 
     def same(got: dict, code: int, java: bool = True) -> None:
@@ -467,6 +540,8 @@ def test_every_client_exits_with_the_same_code_for_the_same_fault(gh, tmp_path, 
     gh.state.faults.clear()
     same(codes("vad", "SM8750", tag="v9.9.9"), 10, java=False)  # no such release
     assert _java_code(java_classes, bad, "vad", "SM8750") in (None, 9)  # a malformed manifest is refused
+    if java_classes is not None and COMMONS_COMPRESS.is_file():
+        assert install_java(java_classes, str(bad), "vad", "SM8750", tmp_path / "jbad").returncode == 9
 
 
 # -- the app's QNN runtime ------------------------------------------------------------------------
@@ -555,6 +630,14 @@ def test_every_client_returns_the_twin_for_a_chip_without_a_binary(gh, tmp_path,
             assert r.returncode == 0, r.stderr
             kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
             assert (kv["kind"], kv["asset"]) == (kind, asset), kv
+            if COMMONS_COMPRESS.is_file():
+                r = install_java(java_classes, f"{gh.url}/{OWNER_REPO}/releases/download/{TAG}/manifest.json", "vad",
+                                 soc, tmp_path / f"java-{soc}")
+                assert r.returncode == 0, r.stderr
+                kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+                assert (kv["kind"], kv["archive"]) == (kind, asset), kv
+                if kind != "binary":
+                    assert (Path(kv["path"]) / "vad" / "graph.onnx").read_bytes() == b"float graph"
     # asked for another precision than the twin's, a chip without a binary is still "use the CPU model" (exit 3)
     with pytest.raises(QnnReleaseError) as e:
         fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", precision="w8a16", dest=tmp_path / "w",
