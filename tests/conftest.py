@@ -68,3 +68,26 @@ def path_model(repo: Path, name: str, onnx_file: Path, graphs: list[dict] | None
 def cache_dir(tmp_path_factory) -> Path:
     """One source/prepare cache per test session (wheels of the demo models are fetched once)."""
     return tmp_path_factory.mktemp("qnn-release-cache")
+
+
+def sdk_line_python(version: str) -> Path:
+    """The python of a venv with onnxruntime-qnn==version from the package registry (another SDK line than the
+    suite's own), made once under the cache's ``venvs/`` and kept; two test workers asking at once make it once."""
+    import fcntl
+    import os
+
+    root = Path(os.environ.get("QNN_RELEASE_CACHE") or Path.home() / ".cache" / "qnn-release") / "venvs"
+    folder = root / f"onnxruntime-qnn-{version}"
+    python = folder / "bin" / "python"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".onnxruntime-qnn-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".complete").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
+            r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                f"onnxruntime-qnn=={version}", "numpy"], capture_output=True, text=True, timeout=900)
+            if r.returncode != 0:
+                pytest.skip(f"onnxruntime-qnn=={version} could not be installed from the registry: "
+                            f"{(r.stderr.strip().splitlines() or ['?'])[-1]}")
+            (folder / ".complete").write_text(version)
+    return python

@@ -5,7 +5,6 @@ each binary loaded by each runtime on the HTP emulator. The clients refuse exact
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,27 +13,12 @@ import pytest
 
 from ci_tools.release.runtime import loads_on, runtime_needed
 from tests import models
+from tests.conftest import sdk_line_python
 
 PROBE = Path(__file__).parent / "scripts" / "qnn_runtime_probe.py"
 OLDER = "2.6.0"  # onnxruntime-qnn: QNN 2.50.40; the venv's own is the matrix's pin (2.7.0: QNN 2.51.0)
 
 pytestmark = pytest.mark.emulator
-
-
-def _venv(version: str) -> Path:
-    """A venv with onnxruntime-qnn==version from the package registry, made once and kept in the cache."""
-    root = Path(os.environ.get("QNN_RELEASE_CACHE") or Path.home() / ".cache" / "qnn-release") / "venvs"
-    folder = root / f"onnxruntime-qnn-{version}"
-    python = folder / "bin" / "python"
-    if not (folder / ".complete").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
-        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            f"onnxruntime-qnn=={version}", "numpy"], capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            pytest.skip(f"onnxruntime-qnn=={version} could not be installed from the registry: "
-                        f"{(r.stderr.strip().splitlines() or ['?'])[-1]}")
-        (folder / ".complete").write_text(version)
-    return python
 
 
 def _probe(python: Path, *args: str) -> str:
@@ -45,7 +29,7 @@ def _probe(python: Path, *args: str) -> str:
 def test_a_binary_loads_on_its_own_runtime_and_newer_never_older(tmp_path):
     pytest.importorskip("onnxruntime_qnn")
     model = models.mlp(tmp_path / "m.onnx", dynamic_batch=False)
-    pythons = {"older": _venv(OLDER), "pinned": Path(sys.executable)}
+    pythons = {"older": sdk_line_python(OLDER), "pinned": Path(sys.executable)}
     built = {}
     for name, python in pythons.items():
         (tmp_path / name).mkdir()
