@@ -7,6 +7,7 @@
 # wget, and sha256sum, shasum or openssl (dash and busybox sh are enough).
 #
 #   sh qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL --soc SM8750-AC --dest DIR [--qnn-runtime 2.50.40]
+#      [--look-back]   (a binary too new for that runtime: the newest earlier release whose binary it loads)
 #
 # It reads the release's manifest.json (version 2: an archive in a linked release TAG-part2 ...,
 # or uploaded in pieces it joins and checks), resolves the chip from any spelling the catalog knows
@@ -36,7 +37,7 @@ QF_DEST=
 qf_usage() {
     cat <<'EOF'
 usage: qnn-fetch.sh --release OWNER/NAME@TAG --model MODEL (--soc CHIP | --adb) --dest DIR [--precision P]
-                    [--qnn-runtime VERSION]
+                    [--qnn-runtime VERSION [--look-back]]
        qnn-fetch.sh --resolve CHIP...   (print the build each chip spelling gets, or "none")
 exit codes: 0 done, 2 usage or unknown model, 3 no NPU build for this chip (use the CPU model),
             4 download failed or sha256 mismatch, 9 manifest or archive refused, 10 no such release or asset,
@@ -544,9 +545,102 @@ qf_newer() {
         exit 1 }'
 }
 
+# FILE TAG: the manifest contract (docs/reference/manifest-contract.md), every rule checked before anything else is
+# downloaded, and the choice for the model and chip: sets QF_SEL, QF_STATUS ... QF_QNN_RUNTIME and QF_NEEDS
+qf_select() {
+    QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION" -v tag="$2" \
+        -v MAXD=16 -v MAXS=4096 -v MAXP=100 \
+        -v MAXN=32 -v MAXG=256 \
+        -v MAXA=100000 -v MAXPC=999 -v MAXB=1099511627776 \
+        "$QF_AWK" "$1") || QF_SEL=unreadable
+    {
+        IFS= read -r QF_STATUS
+        IFS= read -r QF_NAME
+        IFS= read -r QF_SHA
+        IFS= read -r QF_PREC
+        IFS= read -r QF_SDK
+        IFS= read -r QF_LIBS
+        IFS= read -r QF_LIBS_SHA
+        IFS= read -r QF_REL
+        IFS= read -r QF_LIBS_REL
+        IFS= read -r QF_SIZE
+        IFS= read -r QF_LIBS_SIZE
+        IFS= read -r QF_QNN_RUNTIME
+    } <<EOF
+$QF_SEL
+EOF
+    # the runtime the binaries need: the first three numbers of the QNN that built them (manifest: qnn_runtime)
+    QF_NEEDS=$(printf '%s' "$QF_SDK" | sed -n 's/^v\{0,1\}\([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+    [ -z "$QF_QNN_RUNTIME" ] || QF_NEEDS=$QF_QNN_RUNTIME
+}
+
+# FILE: whether a downloaded manifest is ASCII text (tab, line feed, carriage return and printable characters)
+qf_ascii() {
+    [ "$(LC_ALL=C tr -d '\011\012\015\040-\176' <"$1" | head -c 1 | wc -c)" -eq 0 ]
+}
+
+# The newest earlier published release whose binary of the model for the chip the app's runtime loads (asked
+# for with --look-back): the repository's releases (the newest 1,000, read from GitHub's API; linked parts never,
+# drafts are not listed to a client without a token), by version where every tag is one (none newer than
+# --release's), else in GitHub's order; each manifest checked by the same contract. Sets QF_TAG, QF_RELEASE and
+# the selection, or exits 12.
+qf_look_back() {
+    qf_api=${QNN_FETCH_API_URL:-${GITHUB_API_URL:-https://api.github.com}}
+    qf_api=${qf_api%/}
+    : >"$QF_WORK/releases.json"
+    qf_page=1
+    while [ "$qf_page" -le 10 ]; do  # pages of up to 100 (GitHub's most), newest first; at most 1,000 releases
+        qf_get_bounded "$qf_api/repos/$QF_REPO/releases?per_page=100&page=$qf_page" "$QF_WORK/page.json" 33554432
+        case $? in
+            0) ;;
+            44) qf_die 10 "$QF_REPO: GitHub has no such repository, or it is private ($qf_api/repos/$QF_REPO/releases: 404)" ;;
+            *) qf_die 4 "$QF_REPO: could not list its releases ($qf_api/repos/$QF_REPO/releases)" ;;
+        esac
+        grep -q '"tag_name"' "$QF_WORK/page.json" || break
+        cat "$QF_WORK/page.json" >>"$QF_WORK/releases.json"
+        echo >>"$QF_WORK/releases.json"
+        qf_page=$((qf_page + 1))
+    done
+    # tag names only where written as a plain JSON string of URL-safe characters (an escaped quote ends the match)
+    awk -v mine="$QF_TAG" '
+    function key(t,   x, c, j, k) { c = split(t, x, "."); sub(/^v/, "", x[1]); k = ""
+        for (j = 1; j <= 4; j++) k = k sprintf("%010d", (j <= c) ? x[j] + 0 : 0)
+        return k }
+    { s = s $0 " " }
+    END {
+        versions = mine ~ /^v?[0-9]+(\.[0-9]+)*$/
+        while (n < 1000 && match(s, /"tag_name"[ \t\r]*:[ \t\r]*"[A-Za-z0-9._+-]*"/)) {
+            t = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+            sub(/^"tag_name"[^:]*:[^"]*"/, "", t); sub(/"$/, "", t)
+            if (t == "" || t == mine || substr(t, 1, 1) == "." || t ~ /-part[0-9]+$/ || seen[t]++) continue
+            tags[++n] = t
+            if (t !~ /^v?[0-9]+(\.[0-9]+)*$/) versions = 0 }
+        if (!versions) { for (i = 1; i <= n; i++) print tags[i]; exit }
+        m = key(mine)
+        for (i = 1; i <= n; i++) { k = key(tags[i]); if (k > m) continue
+            for (j = c++; j > 0 && keys[j] < k; j--) { keys[j + 1] = keys[j]; out[j + 1] = out[j] }
+            keys[j + 1] = k; out[j + 1] = tags[i] }
+        for (i = 1; i <= c; i++) print out[i] }' "$QF_WORK/releases.json" >"$QF_WORK/tags"
+    while IFS= read -r qf_t; do
+        qf_get_bounded "$QF_BASE/$QF_REPO/releases/download/$qf_t/manifest.json" "$QF_WORK/lookback.json" \
+            134217728 || continue  # no manifest: not a qnn-release release
+        qf_ascii "$QF_WORK/lookback.json" || continue
+        qf_select "$QF_WORK/lookback.json" "$qf_t"
+        [ "$QF_STATUS" = ok ] || continue  # refused, or no binary of this model for this chip there
+        if [ -n "$QF_NEEDS" ] && qf_newer "$QF_NEEDS" "$QF_RUNTIME"; then
+            continue
+        fi
+        echo "$QF_ME: $QF_RELEASE needs a newer QNN runtime than $QF_RUNTIME; fetching $QF_REPO@$qf_t" >&2
+        QF_TAG=$qf_t
+        QF_RELEASE="$QF_REPO@$qf_t"
+        return 0
+    done <"$QF_WORK/tags"
+    qf_die 12 "$QF_RELEASE: $QF_MODEL for $QF_CHIP needs QNN runtime $QF_LOOKED_NEEDS or newer, and no earlier release has one QNN runtime $QF_RUNTIME loads (ship QNN runtime $QF_LOOKED_NEEDS or newer, or use the CPU model)"
+}
+
 # -- the command -------------------------------------------------------------------------------
 
-QF_RELEASE= QF_MODEL= QF_SOC= QF_ADB= QF_PRECISION= QF_DESTARG= QF_RESOLVE= QF_RUNTIME=
+QF_RELEASE= QF_MODEL= QF_SOC= QF_ADB= QF_PRECISION= QF_DESTARG= QF_RESOLVE= QF_RUNTIME= QF_LOOK_BACK=
 while [ $# -gt 0 ]; do
     case $1 in
         --release|--model|--soc|--precision|--dest|--qnn-runtime)
@@ -567,6 +661,7 @@ while [ $# -gt 0 ]; do
         --dest=*) QF_DESTARG=${1#*=}; shift ;;
         --qnn-runtime=*) QF_RUNTIME=${1#*=}; shift ;;
         --adb) QF_ADB=1; shift ;;
+        --look-back) QF_LOOK_BACK=1; shift ;;
         --resolve) QF_RESOLVE=1; shift; break ;;
         -h|--help) qf_usage; exit 0 ;;
         *) qf_usage >&2; qf_die 2 "unknown argument '$1'" ;;
@@ -650,31 +745,10 @@ trap 'qf_cleanup' EXIT
 
 qf_download manifest.json "" "$QF_WORK/manifest.json" "" 134217728
 # ASCII text only (tab, line feed, carriage return and printable characters): package writes nothing else
-if [ "$(LC_ALL=C tr -d '\011\012\015\040-\176' <"$QF_WORK/manifest.json" | head -c 1 | wc -c)" -ne 0 ]; then
+if ! qf_ascii "$QF_WORK/manifest.json"; then
     qf_die 9 "$QF_RELEASE: manifest.json: not ASCII text (package writes every other character as \\uXXXX) (rule json)"
 fi
-# the manifest contract (docs/reference/manifest-contract.md), every rule checked before anything else is downloaded
-QF_SEL=$(awk -v model="$QF_MODEL" -v chip="$QF_CHIP" -v precision="$QF_PRECISION" -v tag="$QF_TAG" \
-    -v MAXD=16 -v MAXS=4096 -v MAXP=100 \
-    -v MAXN=32 -v MAXG=256 \
-    -v MAXA=100000 -v MAXPC=999 -v MAXB=1099511627776 \
-    "$QF_AWK" "$QF_WORK/manifest.json") || qf_die 9 "$QF_RELEASE: manifest.json could not be read"
-{
-    IFS= read -r QF_STATUS
-    IFS= read -r QF_NAME
-    IFS= read -r QF_SHA
-    IFS= read -r QF_PREC
-    IFS= read -r QF_SDK
-    IFS= read -r QF_LIBS
-    IFS= read -r QF_LIBS_SHA
-    IFS= read -r QF_REL
-    IFS= read -r QF_LIBS_REL
-    IFS= read -r QF_SIZE
-    IFS= read -r QF_LIBS_SIZE
-    IFS= read -r QF_QNN_RUNTIME
-} <<EOF
-$QF_SEL
-EOF
+qf_select "$QF_WORK/manifest.json" "$QF_TAG"
 printf '%s\n' "$QF_SEL" >"$QF_WORK/selection"
 QF_KIND=binary
 case $QF_STATUS in
@@ -692,11 +766,11 @@ case $QF_STATUS in
         qf_die 9 "$QF_RELEASE: manifest.json: $qf_why (rule $qf_rule)" ;;
     *) qf_die 9 "$QF_RELEASE: manifest.json could not be read" ;;
 esac
-# the runtime the binaries need: the first three numbers of the QNN that built them (manifest: qnn_runtime)
-QF_NEEDS=$(printf '%s' "$QF_SDK" | sed -n 's/^v\{0,1\}\([0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
-[ -z "$QF_QNN_RUNTIME" ] || QF_NEEDS=$QF_QNN_RUNTIME
-if [ -n "$QF_RUNTIME" ] && [ -n "$QF_NEEDS" ] && qf_newer "$QF_NEEDS" "$QF_RUNTIME"; then
-    qf_die 12 "$QF_RELEASE: $QF_MODEL for $QF_CHIP needs QNN runtime $QF_NEEDS or newer; the app ships $QF_RUNTIME (ship QNN runtime $QF_NEEDS or newer, use an earlier release built with QNN $QF_RUNTIME or older, or the CPU model)"
+if [ "$QF_KIND" = binary ] && [ -n "$QF_RUNTIME" ] && [ -n "$QF_NEEDS" ] && qf_newer "$QF_NEEDS" "$QF_RUNTIME"; then
+    [ -n "$QF_LOOK_BACK" ] || qf_die 12 "$QF_RELEASE: $QF_MODEL for $QF_CHIP needs QNN runtime $QF_NEEDS or newer; the app ships $QF_RUNTIME (ship QNN runtime $QF_NEEDS or newer, fetch the newest earlier release this runtime loads (--look-back), or use the CPU model)"
+    QF_LOOKED_NEEDS=$QF_NEEDS
+    qf_look_back
+    printf '%s\n' "$QF_SEL" >"$QF_WORK/selection"
 fi
 qf_asset_ok "$QF_NAME" "$QF_SHA" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_NAME'"
 [ -z "$QF_LIBS" ] || qf_asset_ok "$QF_LIBS" "$QF_LIBS_SHA" || qf_die 9 "$QF_RELEASE: manifest.json names an unsafe asset '$QF_LIBS'"

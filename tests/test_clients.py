@@ -286,11 +286,14 @@ def _commons() -> Path:
     return COMMONS_COMPRESS
 
 
-def install_java(classes: Path, manifest: str, model: str, soc: str, dest: Path, *rest: str):
-    """``java qnnrelease.QnnModelInstaller`` as an app's build would run it (Commons Compress reads the bzip2)."""
+def install_java(classes: Path, manifest: str, model: str, soc: str, dest: Path, *rest: str, api: str | None = None):
+    """``java qnnrelease.QnnModelInstaller`` as an app's build would run it (Commons Compress reads the bzip2);
+    ``api``: GitHub's API for --look-back."""
     _, java = _java_tools()
+    env = {**os.environ, "GITHUB_API_URL": api} if api else None
     return subprocess.run([java, "-cp", f"{_commons()}{os.pathsep}{classes}", "qnnrelease.QnnModelInstaller",
-                           manifest, model, soc, str(dest), *rest], capture_output=True, text=True, timeout=120)
+                           manifest, model, soc, str(dest), *rest], capture_output=True, text=True, timeout=120,
+                          env=env)
 
 
 def test_the_java_installer_installs_what_fetch_installs(gh, tmp_path, java_classes, monkeypatch):
@@ -345,8 +348,11 @@ def test_the_java_installer_refuses_malicious_archives_leaving_dest_as_it_was(gh
 
 # -- qnn-fetch.sh against the fake GitHub ---------------------------------------------------------
 
-def _run_sh(sh: str, gh, tmp: Path, *args: str, downloader: str | None = None) -> subprocess.CompletedProcess:
+def _run_sh(sh: str, gh, tmp: Path, *args: str, downloader: str | None = None,
+            api: bool = False) -> subprocess.CompletedProcess:
     env = {"HOME": str(tmp), "QNN_FETCH_BASE_URL": gh.url, "LC_ALL": "C"}
+    if api:  # --look-back lists the releases through GitHub's API
+        env["GITHUB_API_URL"] = gh.url
     if sh == "busybox":
         env["PATH"] = str(_busybox_path(tmp))  # busybox alone: its tar, awk, sed, sha256sum, wget
     else:
@@ -584,7 +590,37 @@ def test_a_binary_that_needs_a_newer_runtime_is_refused_alike_and_look_back_find
             if code:
                 assert r.stdout.startswith("runtime: vad for SM8750 needs QNN runtime 2.51.0"), r.stdout
         assert set(got.values()) == {code}, (runtime, got)
-    # asked to, fetch looks back for the newest earlier release this runtime loads
+    # asked to, every client looks back for the newest earlier release this runtime loads: v3.0.0, not the
+    # newer v1.5.0 (no binary for the chip), not v9.0.0 (newer than the tag asked for), not a linked part
+    _publish(gh, _release(tmp_path / "v9", rows=[("vad", "SM8750", "fp16")], libs=False, sdk=old, tag="v9.0.0"),
+             tag="v9.0.0")
+    _publish(gh, _release(tmp_path / "v15", rows=[("vad", "SM8550", "fp16")], libs=False, sdk=old, tag="v1.5.0"),
+             tag="v1.5.0")
+    for sh in shells:
+        for runtime, code, tag in (("2.50.40", 0, "v3.0.0"), ("2.49.0", 12, None)):
+            dest = tmp_path / f"{sh}-back-{runtime}"
+            r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750",
+                        "--dest", str(dest), "--qnn-runtime", runtime, "--look-back", api=True)
+            assert r.returncode == code, (sh, runtime, r.stdout, r.stderr)
+            if code:
+                assert "no earlier release" in r.stderr and not dest.exists(), r.stderr
+                continue
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+            assert kv["sdk_version"] == old and kv["archive"] == f"vad-sm8750-fp16-qnn{old}.tar.bz2", kv
+            assert f"fetching {OWNER_REPO}@{tag}" in r.stderr
+            assert (Path(kv["path"]) / "vad_ctx.onnx").read_bytes() == b"stub SM8750 fp16"
+    if java_classes is not None and COMMONS_COMPRESS.is_file():
+        url = f"{gh.url}/{OWNER_REPO}/releases/download/{TAG}/manifest.json"
+        for runtime, code, tag in (("2.50.40", 0, "v3.0.0"), ("2.49.0", 12, None)):
+            dest = tmp_path / f"java-back-{runtime}"
+            r = install_java(java_classes, url, "vad", "SM8750", dest, "-", "-", runtime, "--look-back", api=gh.url)
+            assert r.returncode == code, (runtime, r.stdout, r.stderr)
+            if code:
+                assert "no earlier release" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+                continue
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines())
+            assert kv["sdk_version"] == old and f"installing from {tag}" in r.stderr, (kv, r.stderr)
+            assert (Path(kv["path"]) / "vad_ctx.onnx").read_bytes() == b"stub SM8750 fp16"
     env = {**os.environ, "GITHUB_API_URL": gh.url, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
     r = run_cli("fetch", "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8750", "--dest",
                 str(tmp_path / "back"), "--qnn-runtime", "2.50.40", "--look-back", "--json", env=env)

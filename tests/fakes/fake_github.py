@@ -199,8 +199,9 @@ class Handler(BaseHTTPRequestHandler):
                     self._send(404, {"message": "Not Found"})
             m = re.fullmatch(r"/repos/([^/]+/[^/]+)/releases", path)
             if m and self.command == "GET":
+                # "Only users with push access will receive listings for draft releases" (REST API, List releases)
                 items = [self._release_json(rid) for rid in sorted(st.releases, reverse=True)
-                         if st.releases[rid]["repo"] == m[1]]
+                         if st.releases[rid]["repo"] == m[1] and (self._authorised() or not st.releases[rid]["draft"])]
                 return self._paginate(items, query)
             if m and self.command == "POST":
                 body = json.loads(self._read_body() or b"{}")

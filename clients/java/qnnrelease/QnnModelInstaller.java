@@ -13,11 +13,16 @@ import java.net.HttpURLConnection;
 import java.net.URL;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Comparator;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 import java.util.UUID;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * Downloads, checks and unpacks what {@link QnnModelResolver} chose: the in-app twin of {@code qnn-fetch.sh}.
@@ -570,35 +575,140 @@ public final class QnnModelInstaller {
             copy(in, b, QnnModelResolver.MAX_MANIFEST_CHARS);
             return new String(b.toByteArray(), UTF8);
         }
-        HttpURLConnection conn = (HttpURLConnection) new URL(where).openConnection();
+        return httpText(where, QnnModelResolver.MAX_MANIFEST_CHARS, "manifest.json");
+    }
+
+    /** The body of a GET of {@code url}, at most {@code limit} bytes: 10 on 404, 4 on any other failure, 9 past it. */
+    static String httpText(String url, long limit, String what) throws IOException {
+        HttpURLConnection conn;
+        try {
+            conn = (HttpURLConnection) new URL(url).openConnection();
+            conn.setConnectTimeout(30000);
+            conn.setReadTimeout(60000);
+        } catch (IOException e) {
+            throw new InstallException(EXIT_DOWNLOAD, url + " unreachable (" + oneLine(e) + ")");
+        }
         try {
             int status = conn.getResponseCode();
             if (status != 200) {
-                throw new InstallException(status == 404 ? EXIT_NOT_FOUND : EXIT_DOWNLOAD, where + " answered HTTP "
+                throw new InstallException(status == 404 ? EXIT_NOT_FOUND : EXIT_DOWNLOAD, url + " answered HTTP "
                         + status + (status == 404 ? ": no such release" : ""));
             }
             java.io.ByteArrayOutputStream b = new java.io.ByteArrayOutputStream();
-            long n = copy(conn.getInputStream(), b, QnnModelResolver.MAX_MANIFEST_CHARS + 1L);
-            if (n > QnnModelResolver.MAX_MANIFEST_CHARS) {
-                throw new InstallException(EXIT_REFUSED, "manifest.json: refused (json): more than "
-                        + QnnModelResolver.MAX_MANIFEST_CHARS + " bytes");
+            long n = copy(conn.getInputStream(), b, limit + 1L);
+            if (n > limit) {
+                throw new InstallException(EXIT_REFUSED, what + ": refused (json): more than " + limit + " bytes");
             }
             return new String(b.toByteArray(), UTF8);
         } catch (IOException e) {
             if (e instanceof InstallException) {
                 throw e;
             }
-            throw new InstallException(EXIT_DOWNLOAD, where + " unreachable (" + oneLine(e) + ")");
+            throw new InstallException(EXIT_DOWNLOAD, url + " unreachable (" + oneLine(e) + ")");
         } finally {
             conn.disconnect();
         }
     }
 
-    /** java qnnrelease.QnnModelInstaller MANIFEST MODEL CHIP DEST [PRECISION|-] [BASE_URL|-] [QNN_RUNTIME]. */
+    private static final Pattern BASE = Pattern.compile("^(https?://.+)/([A-Za-z0-9._-]+/[A-Za-z0-9._-]+)"
+            + "/releases/download/([^/]+)/$");
+    private static final Pattern TAG_NAME = Pattern.compile("\"tag_name\"[ \\t\\r\\n]*:[ \\t\\r\\n]*\"([A-Za-z0-9._+-]*)\"");
+    private static final Pattern VERSION_TAG = Pattern.compile("v?[0-9]+(\\.[0-9]+)*");
+
+    /** An earlier release that has a binary the app's runtime loads: its tag and the choice in it. */
+    public static final class Earlier {
+        public final String tag;
+        public final QnnModelResolver.Choice choice;
+
+        Earlier(String tag, QnnModelResolver.Choice choice) {
+            this.tag = tag;
+            this.choice = choice;
+        }
+    }
+
+    /**
+     * The newest earlier published release whose binary of {@code model} for the chip the app's {@code qnnRuntime}
+     * loads, as {@code qnn-release fetch --look-back} and {@code qnn-fetch.sh --look-back} find it: the
+     * repository's releases listed by GitHub's API at {@code apiBase} (at most 1,000; linked parts never, drafts
+     * are not listed without a token), by version where every tag is one (none newer than {@code downloadBase}'s),
+     * else in GitHub's order; each manifest checked by the same contract. Null when none has one.
+     */
+    public static Earlier lookBack(String apiBase, String downloadBase, String model, String socModel,
+                                   String precision, String qnnRuntime) throws IOException {
+        Matcher m = BASE.matcher(downloadBase == null ? "" : downloadBase);
+        if (!m.matches() || qnnRuntime == null) {
+            throw new InstallException(QnnModelResolver.EXIT_USAGE, "look-back needs the release's download base "
+                    + "(QnnModelResolver.downloadBase) and the app's QNN runtime");
+        }
+        String host = m.group(1);
+        String repo = m.group(2);
+        final String mine = m.group(3);
+        List<String> tags = new ArrayList<String>();
+        boolean versions = VERSION_TAG.matcher(mine).matches();
+        for (int page = 1; page <= 10; page++) {
+            String text = httpText(apiBase.replaceAll("/+$", "") + "/repos/" + repo + "/releases?per_page=100&page="
+                    + page, 32L << 20, "the releases of " + repo);
+            Matcher t = TAG_NAME.matcher(text);
+            boolean any = false;
+            while (t.find()) {
+                any = true;
+                String name = t.group(1);
+                if (name.isEmpty() || name.startsWith(".") || name.equals(mine) || name.matches(".*-part[0-9]+")
+                        || tags.contains(name)) {
+                    continue;
+                }
+                tags.add(name);
+                versions &= VERSION_TAG.matcher(name).matches();
+            }
+            if (!any) {
+                break;
+            }
+        }
+        if (versions) {
+            List<String> older = new ArrayList<String>();
+            for (String t : tags) {
+                if (QnnModelResolver.compareVersions(t.replaceFirst("^v", ""), mine.replaceFirst("^v", "")) <= 0) {
+                    older.add(t);
+                }
+            }
+            Collections.sort(older, new Comparator<String>() {
+                @Override
+                public int compare(String a, String b) {
+                    return QnnModelResolver.compareVersions(b.replaceFirst("^v", ""), a.replaceFirst("^v", ""));
+                }
+            });
+            tags = older;
+        }
+        for (String t : tags) {
+            String base = host + "/" + repo + "/releases/download/" + t + "/";
+            QnnModelResolver.Choice c;
+            try {
+                c = QnnModelResolver.resolve(httpText(base + "manifest.json", QnnModelResolver.MAX_MANIFEST_CHARS,
+                        "manifest.json"), model, socModel, precision, base, qnnRuntime);
+            } catch (InstallException e) {
+                continue;  // no manifest: not a qnn-release release
+            } catch (IllegalArgumentException e) {
+                continue;  // refused by the contract, or no such model there
+            }
+            if (c.found() && "binary".equals(c.kind)) {
+                return new Earlier(t, c);
+            }
+        }
+        return null;
+    }
+
+    /**
+     * java qnnrelease.QnnModelInstaller MANIFEST MODEL CHIP DEST [PRECISION|-] [BASE_URL|-] [QNN_RUNTIME
+     * [--look-back]]; the look-back lists releases through $GITHUB_API_URL (default https://api.github.com).
+     */
     public static void main(String[] args) {
-        if (args.length < 4 || args.length > 7) {
+        boolean lookBack = args.length > 0 && "--look-back".equals(args[args.length - 1]);
+        if (lookBack) {
+            args = java.util.Arrays.copyOf(args, args.length - 1);
+        }
+        if (args.length < 4 || args.length > 7 || (lookBack && args.length < 7)) {
             System.err.println("usage: QnnModelInstaller MANIFEST MODEL CHIP DEST [PRECISION|-] [BASE_URL|-] "
-                    + "[QNN_RUNTIME]");
+                    + "[QNN_RUNTIME [--look-back]]");
             System.exit(QnnModelResolver.EXIT_USAGE);
         }
         String precision = args.length > 4 && !"-".equals(args[4]) ? args[4] : null;
@@ -615,6 +725,18 @@ public final class QnnModelInstaller {
                 boolean manifest = String.valueOf(e.getMessage()).startsWith("manifest.json");
                 throw new InstallException(manifest ? EXIT_REFUSED : QnnModelResolver.EXIT_USAGE, e.getMessage());
             }
+            if (c.runtimeTooOld && lookBack) {
+                String api = System.getenv("GITHUB_API_URL");
+                Earlier e = lookBack(api == null || api.isEmpty() ? "https://api.github.com" : api, base, args[1],
+                        args[2], precision, runtime);
+                if (e == null) {
+                    throw new InstallException(QnnModelResolver.EXIT_RUNTIME_TOO_OLD, c.reason.replaceFirst(
+                            "^runtime: ", "") + "; no earlier release has one QNN runtime " + runtime + " loads");
+                }
+                System.err.println("QnnModelInstaller: the release needs a newer QNN runtime than " + runtime
+                        + "; installing from " + e.tag);
+                c = e.choice;
+            }
             if (!c.found()) {
                 throw new InstallException(c.runtimeTooOld ? QnnModelResolver.EXIT_RUNTIME_TOO_OLD
                         : QnnModelResolver.EXIT_NO_BUILD, c.reason);
@@ -622,6 +744,7 @@ public final class QnnModelInstaller {
             Installed got = install(c, new File(args[3]), commonsCompress());
             System.out.println("kind=" + got.kind);
             System.out.println("archive=" + c.asset);
+            System.out.println("sdk_version=" + c.sdkVersion);
             System.out.println("path=" + got.model.getAbsolutePath());
             System.out.println("qnn_libs_path=" + (got.qnnLibs == null ? "" : got.qnnLibs.getAbsolutePath()));
         } catch (InstallException e) {
