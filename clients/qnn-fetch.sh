@@ -386,9 +386,11 @@ END {
         if (r < bestr) { bestr = r; best = p }
     }
     status = "ok"
-    if (best == "" && known && (precision == "" || precision == "fp16"))  # no binary: the twin of the model
+    want = (precision == "" || precision == "fp16") ? "float" : precision  # no binary: the twin of that precision
+    if (best == "" && known)
         for (i = 0; i < n && best == ""; i++)
-            if (v["assets" SUBSEP i SUBSEP "kind"] == "twin" && v["assets" SUBSEP i SUBSEP "model"] == model) {
+            if (v["assets" SUBSEP i SUBSEP "kind"] == "twin" && v["assets" SUBSEP i SUBSEP "model"] == model \
+                && (v["assets" SUBSEP i SUBSEP "precision"] == "" ? "float" : v["assets" SUBSEP i SUBSEP "precision"]) == want) {
                 best = "assets" SUBSEP i; status = "twin"
             }
     if (best == "") { print (known ? "nobuild" : "nomodel\t" models); exit }

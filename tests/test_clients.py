@@ -641,6 +641,10 @@ def test_every_client_returns_the_twin_for_a_chip_without_a_binary(gh, tmp_path,
     manifest = json.loads((folder / "manifest.json").read_text())
     twin = make_tar_bz2(folder / "vad-float-onnx.tar.bz2", [("vad-float-onnx/vad/graph.onnx", b"float graph"),
                                                             ("vad-float-onnx/twin.json", b"{}")])
+    qdq = make_tar_bz2(folder / "vad-w8a16-onnx.tar.bz2", [("vad-w8a16-onnx/vad/graph.onnx", b"qdq graph"),
+                                                           ("vad-w8a16-onnx/twin.json", b"{}")])
+    manifest["assets"].append({"name": qdq.name, "kind": "twin", "model": "vad", "precision": "w8a16",
+                               "graphs": ["vad"]})  # listed first: a client must pick by precision, not order
     manifest["assets"].append({"name": twin.name, "kind": "twin", "model": "vad", "precision": "float",
                                "graphs": ["vad"]})
     _finish(folder, manifest["assets"])
@@ -674,11 +678,30 @@ def test_every_client_returns_the_twin_for_a_chip_without_a_binary(gh, tmp_path,
                 assert (kv["kind"], kv["archive"]) == (kind, asset), kv
                 if kind != "binary":
                     assert (Path(kv["path"]) / "vad" / "graph.onnx").read_bytes() == b"float graph"
-    # asked for another precision than the twin's, a chip without a binary is still "use the CPU model" (exit 3)
-    with pytest.raises(QnnReleaseError) as e:
-        fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", precision="w8a16", dest=tmp_path / "w",
-                    via=Connection(api_url=gh.url, sleep=lambda s: None))
-    assert e.value.exit_code == 3
+    # asked for a quantized precision, the QDQ twin of it; for one the release has no twin of, exit 3 (CPU model)
+    for precision, code in (("w8a16", 0), ("int8", 3)):
+        try:
+            res = fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", precision=precision,
+                              dest=tmp_path / f"py-{precision}", via=Connection(api_url=gh.url, sleep=lambda s: None))
+            got = {"python": (0, res.kind, res.archive)}
+        except QnnReleaseError as e:
+            got = {"python": (e.exit_code, None, None)}
+        for sh in shells:
+            r = _run_sh(sh, gh, tmp_path, "--release", f"{OWNER_REPO}@{TAG}", "--model", "vad", "--soc", "SM8650",
+                        "--precision", precision, "--dest", str(tmp_path / f"{sh}-{precision}"))
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines()) if r.returncode == 0 else {}
+            got[sh] = (r.returncode, kv.get("kind"), kv.get("archive"))
+            if r.returncode == 0:
+                assert (Path(kv["path"]) / "vad" / "graph.onnx").read_bytes() == b"qdq graph"
+        if java_classes is not None:
+            _, java = _java_tools()
+            r = subprocess.run([java, "-cp", str(java_classes), "qnnrelease.QnnModelResolver",
+                                str(folder / "manifest.json"), "vad", "SM8650", precision], capture_output=True,
+                               text=True)
+            kv = dict(line.split("=", 1) for line in r.stdout.splitlines()) if r.returncode == 0 else {}
+            got["java"] = (r.returncode, kv.get("kind"), kv.get("asset"))
+        want = (0, "jit", qdq.name) if code == 0 else (3, None, None)
+        assert set(got.values()) == {want}, (precision, got)
 
 
 # -- hostile manifests against the Python client (#42 item 1, in part) ------------------------------

@@ -203,10 +203,12 @@ def test_every_model_ships_its_twin_verified_through_on_device_compile_and_its_c
     assert _package(built, out=out).returncode == 0
     release = out / "release"
     manifest = json.loads((release / "manifest.json").read_text())
-    twins = {a["model"]: a for a in manifest["assets"] if a["kind"] == "twin"}
-    assert sorted(twins) == ["alpha", "beta"]
+    twins = {a["name"]: a for a in manifest["assets"] if a["kind"] == "twin"}
+    # a float twin per model, and the QDQ graphs alpha's w8a16 binaries were compiled from (copied from the build)
+    assert sorted(twins) == ["alpha-float-onnx.tar.bz2", "alpha-w8a16-onnx.tar.bz2", "beta-float-onnx.tar.bz2"]
     for a in twins.values():
-        assert a["sha256"] == sha256_file(release / a["name"]) and a["precision"] == "float"
+        assert a["sha256"] == sha256_file(release / a["name"])
+        assert a["precision"] == ("w8a16" if "w8a16" in a["name"] else "float")
         (j,) = a["on_device_compile"]
         assert j["verified"] and j["soc"] == "SM8750" and j["first_load_seconds"] > 0 and j["peak_memory_mb"] > 0
     with tarfile.open(release / "alpha-float-onnx.tar.bz2") as tf:
@@ -231,6 +233,35 @@ def test_every_model_ships_its_twin_verified_through_on_device_compile_and_its_c
     assert r.returncode == 0, r.stdout + r.stderr
     older = [float(x) for x in re.findall(r"max abs error vs CPU (\S+)", r.stdout)]
     assert len(older) == len(errors) and max(older) < 0.01, r.stdout
+    _the_qdq_twin_is_the_builds_graph_and_runs(built, release, tmp_path)
+
+
+def _the_qdq_twin_is_the_builds_graph_and_runs(built, release, tmp_path) -> None:
+    """#41 item 1, quantized: the w8a16 twin holds the very QDQ graph the build compiled alpha's w8a16 binaries
+    from, judged by the w8a16 bars against CPU on the float graph, and its README code runs as written."""
+    import re
+    import sys
+
+    report = json.loads((built["out"] / "build-report.json").read_text())
+    (rec,) = {t["quantized_graph"] for t in report["targets"] if t["model"] == "alpha" and t["precision"] == "w8a16"}
+    with tarfile.open(release / "alpha-w8a16-onnx.tar.bz2") as tf:
+        tf.extractall(tmp_path / "q", filter="data")
+    folder = tmp_path / "q" / "alpha-w8a16-onnx"
+    twin = json.loads((folder / "twin.json").read_text())
+    assert twin["kind"] == "w8a16" and rec.endswith(".qdq.onnx")
+    graph = folder / twin["graphs"][0]["file"]
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(graph)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops, ops  # the QDQ graph, not the float one
+    assert twin["graphs"][0]["sha256"] == sha256_file(graph)
+    readme = (folder / "README.md").read_text()
+    assert "QDQ graphs" in readme and "the quantization's" in readme
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    r = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    errors = [float(x) for x in re.findall(r"max abs error vs CPU (\S+)", r.stdout)]
+    assert errors and max(errors) < 0.2, r.stdout  # the quantization's error, against CPU on the float graph
 
 
 def _consume_like_sherpa_onnx(release, version: str, work) -> None:

@@ -65,6 +65,7 @@ class TargetRecord:
     bytes_per_source_parameter: float | None = None
     calibration_sha256: str | None = None
     weight_scales: str | None = None
+    quantized_graph: str | None = None  # the ort route's QDQ graph, in the prepared graph's folder (package's twin)
     compile_reused: bool | None = None  # the binaries of an earlier compile of the same compile key, judged again
     # the verification
     verify_kind: str | None = None  # "transcript"/"speech": verified by what the chip's graphs do together

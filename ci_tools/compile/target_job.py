@@ -257,6 +257,8 @@ def _compiled(spec: TargetSpec, backend, result, tmp: Path) -> dict:
         "source_parameters": prep.source_parameters,
         "bytes_per_source_parameter": round(size / prep.source_parameters, 3) if prep.source_parameters else None,
         "calibration_sha256": spec.calibration_hash, "weight_scales": spec.weight_scales,
+        "quantized_graph": spec.precompiled.name if isinstance(spec.precompiled, Path)
+        and spec.precompiled.name.endswith(".qdq.onnx") else None,
         "sdk_sha256": backend.sdk_sha256(),
     }
 

@@ -309,12 +309,15 @@ def _download_all(dl: _Downloader, wanted: list[dict]) -> list[Path]:
 def _twin_or_refuse(release: str, model: str, chip, spelling: str, precision: str | None,
                     assets: list[dict]) -> tuple[dict, str]:
     """No binary for the chip: the model's twin (``jit`` on a chip the catalog knows to have an HTP, ``cpu``
-    otherwise), or ``NoBuildForChip`` (exit 3) when the release has none or another precision was asked for."""
+    otherwise) of the precision asked for (float for fp16 or none; a quantized precision's QDQ twin), or
+    ``NoBuildForChip`` (exit 3) when the release has none of it."""
     known = sorted({str(a.get("model")) for a in assets if a.get("kind") == "model"})
     if model not in known:
         raise UsageError(f"{release}: no model {model!r} in this release", hint=f"models: {', '.join(known)}")
-    twin = next((a for a in assets if a.get("kind") == "twin" and a.get("model") == model), None)
-    if twin is not None and precision in (None, "fp16"):
+    want = "float" if precision in (None, "fp16") else precision  # fp16 binaries' twin is the float graph
+    twin = next((a for a in assets if a.get("kind") == "twin" and a.get("model") == model
+                 and a.get("precision", "float") == want), None)
+    if twin is not None:
         return twin, "jit" if chip is not None and chip.htp_arch else "cpu"
     raise NoBuildForChip(f"no NPU build of {model} for {chip.name if chip is not None else spelling.strip()}"
                          + (f" ({precision})" if precision else "") + ": use the CPU model",

@@ -105,12 +105,15 @@ class OnDeviceCompile(BaseModel):
 
 class TwinAsset(_A):
     """A model's prepared float graphs (``<model>-float-onnx.tar.bz2``): its CPU model, and what the QNN EP compiles
-    for any HTP at session creation. Clients return it for a chip the release has no binary for: ``jit`` where the
-    catalog knows the chip to have an HTP, ``cpu`` otherwise."""
+    for any HTP at session creation; and per quantized precision of the ort route its QDQ graphs
+    (``<model>-w8a16-onnx.tar.bz2``). Clients return one for a chip the release has no binary for: ``jit`` where the
+    catalog knows the chip to have an HTP, ``cpu`` otherwise (the float twin)."""
 
     kind: Literal["twin"]
     model: str
-    precision: Literal["float"] = Field(description="float: the graphs fp16 binaries and CPU run")
+    precision: Literal["float", "w8a16", "int8"] = Field(
+        description="float: the graphs fp16 binaries and CPU run; w8a16/int8: the QDQ graphs those binaries were "
+                    "compiled from")
     graphs: list[str] = Field(min_length=1)
     on_device_compile: list[OnDeviceCompile] = Field(default=[], description="per graph, as measured before release")
 

@@ -168,15 +168,32 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         socs = [job.loaded.catalog.get(k[1]) for k in complete if k[0] == name]
         soc = max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
         meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
-        archive, values = twin_archive(job.tmp, model, [job.prepared[(name, g.name)] for g in model.graphs], soc,
-                                       _licence(job.loaded, model, meta), lambda p, m=model: real(m, p))
-        out.append(_asset(TwinAsset, name=archive.name, kind="twin", model=name, precision="float",
-                          graphs=[g["name"] for g in values["graphs"]],
-                          on_device_compile=[{k: g["on_device_compile"][k] for k in (
-                              "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
-                              for g in values["graphs"] if "not_measured" not in g["on_device_compile"]],
-                          size=archive.stat().st_size, sha256=sha256_file(archive)))
+        preps = [job.prepared[(name, g.name)] for g in model.graphs]
+        for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
+            archive, values = twin_archive(job.tmp, model, preps, soc, _licence(job.loaded, model, meta),
+                                           lambda p, m=model: real(m, p), quantized)
+            out.append(_asset(TwinAsset, name=archive.name, kind="twin", model=name, precision=values["kind"],
+                              graphs=[g["name"] for g in values["graphs"]],
+                              on_device_compile=[{k: g["on_device_compile"][k] for k in (
+                                  "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
+                                  for g in values["graphs"] if "not_measured" not in g["on_device_compile"]],
+                              size=archive.stat().st_size, sha256=sha256_file(archive)))
     return out
+
+
+def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]) -> list[tuple[str, dict]]:
+    """Per quantized precision of the model, the QDQ graph of each of its graphs the build compiled its binaries
+    from (the ort route's, in the prepared graph's folder, named in the target records): copied, never made again.
+    A precision whose QDQ graphs are not all there (the qairt route quantizes in its converter) has no twin."""
+    found: dict[str, dict] = {}
+    for (model, _, precision), records in sorted(complete.items()):
+        if model != name or precision == "fp16" or precision in found:
+            continue
+        by_graph = {r.graph: r.quantized_graph for r in records if r.quantized_graph}
+        graphs = {p.graph: p.path.parent / by_graph[p.graph] for p in preps if p.graph in by_graph}
+        if len(graphs) == len(preps) and all(g.is_file() for g in graphs.values()):
+            found[precision] = graphs
+    return sorted(found.items())
 
 
 Group = tuple[str, str, str]  # (model, soc, precision): one archive

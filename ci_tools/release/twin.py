@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PackageError
-from ..sources.store import default_cache
+from ..sources.store import default_cache, sha256_file
 from ..util import cmd
 from ..util.files import write_json
 from ..util.text import clip
@@ -31,8 +31,8 @@ from ..util.text import clip
 TWIN_VERSION = 2  # in the measurement's cache key: a change here measures again
 
 
-def twin_stem(model: str) -> str:
-    return f"{model}-float-onnx"
+def twin_stem(model: str, precision: str = "float") -> str:
+    return f"{model}-{precision}-onnx"
 
 
 @dataclass(frozen=True)
@@ -48,15 +48,16 @@ class TwinInputs:
     stream: object | None = None  # its samples.stream (carry, decisions, ranges): how the stream is judged
 
 
-def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model) -> dict:
+def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, precision: str = "fp16",
+            reference: Path | None = None) -> dict:
     """The twin run as an app runs it, in a fresh process (its peak memory is the first load's): CPU's answer, the
     QNN EP's compile at session creation for ``soc`` on the emulator, the answer it gives, judged as the model's
-    fp16 binaries are (its thresholds, argmax, gates). Cached by the graph's bytes, the chip, the EP's version,
-    the inputs and the judging."""
+    binaries of ``precision`` are (its thresholds, argmax, gates). A QDQ twin (w8a16, int8) is compiled as it is
+    quantized and judged against CPU running the float ``reference`` graph. Cached by the graphs' bytes, the chip,
+    the EP's version, the inputs and the judging."""
     feeds, names = inputs.feeds, outputs
     from ..compile import qnn_ep
     from ..errors import BackendUnavailable
-    from ..sources.store import sha256_file
 
     try:
         qnn_ep.qnn_version()
@@ -65,7 +66,8 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model) -> 
                 "soc": soc.name}
     h = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), soc.soc_model, soc.htp_arch,
                                    qnn_ep.qnn_version(), names, inputs.names, inputs.argmax,
-                                   model.options.model_dump(mode="json")], sort_keys=True).encode())
+                                   model.options.model_dump(mode="json"), precision,
+                                   sha256_file(reference) if reference else None], sort_keys=True).encode())
     for f in feeds:
         for k in sorted(f):
             h.update(k.encode() + np.ascontiguousarray(f[k]).tobytes())
@@ -79,7 +81,8 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model) -> 
                                              "carry": inputs.stream.carry if inputs.stream is not None else {}})
         r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(soc.soc_model),
                      str(soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(Path(tmp) / "spec.json"),
-                     str(Path(tmp) / "outputs.npz")], capture_output=True, text=True, timeout=3600)
+                     str(Path(tmp) / "outputs.npz"), *([str(reference)] if reference else [])],
+                    capture_output=True, text=True, timeout=3600)
         lines = r.stdout.strip().splitlines()
         outputs = None
         if r.returncode == 0 and lines:
@@ -92,7 +95,7 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model) -> 
     run = json.loads(lines[-1])
     ref, got = ([[outputs[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
                 for side in ("cpu", "htp"))
-    verdict = _judge(graph.parent.name, names, ref, got, inputs, model)
+    verdict = _judge(graph.parent.name, names, ref, got, inputs, model, precision)
     out = {**run, **verdict, "soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch,
            "qnn_version": qnn_ep.qnn_version(), "samples": len(feeds), "inputs": inputs.note,
            "measured_on": "this machine's x86-64 HTP emulator, not a device"}
@@ -100,20 +103,21 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model) -> 
     return out
 
 
-def _judge(what: str, names: list[str], ref: list, got: list, inputs: TwinInputs, model) -> dict:
-    """The twin's answer against CPU's, as the model's fp16 binaries are judged (a stream over its steps)."""
+def _judge(what: str, names: list[str], ref: list, got: list, inputs: TwinInputs, model, precision: str) -> dict:
+    """The twin's answer against CPU's, as the model's binaries of ``precision`` are judged (a stream over its
+    steps)."""
     from ..compile.verify import Judging, check, check_streams, thresholds_for
     from ..errors import VerifyError
 
     try:
-        th = thresholds_for(model.options, "fp16")
+        th = thresholds_for(model.options, precision)
         if inputs.steps:  # judged as the binaries' streams are: over the steps, with their ranges and decisions
-            how = Judging.of(model.options, precision="fp16", inputs_note=inputs.note, stream=inputs.stream)
+            how = Judging.of(model.options, precision=precision, inputs_note=inputs.note, stream=inputs.stream)
             spans = list(pairwise(np.cumsum([0, *inputs.steps])))
             v = check_streams(what, names, inputs.names, [ref[a:b] for a, b in spans], [got[a:b] for a, b in spans],
                               th, None, how)
         else:
-            how = Judging.of(model.options, precision="fp16", inputs_note=inputs.note, argmax=inputs.argmax)
+            how = Judging.of(model.options, precision=precision, inputs_note=inputs.note, argmax=inputs.argmax)
             v = check(what, names, ref, got, th, None, inputs.names, how)
     except VerifyError as e:
         return {"verified": False, "failure": e.message}
@@ -121,34 +125,50 @@ def _judge(what: str, names: list[str], ref: list, got: list, inputs: TwinInputs
             "max_abs": float(f"{v.parity.max_abs:.4g}"), "passed_by": v.passed_by, "rules": list(v.rules)}
 
 
-def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Callable):
+WHAT = {"float": "the prepared float graphs: the CPU model, and what ONNX Runtime's QNN EP compiles for the device's "
+                 "HTP at session creation (on-device compile)",
+        "quantized": "the {p} QDQ graphs the {p} binaries were compiled from: what ONNX Runtime's QNN EP compiles for "
+                     "the device's HTP at session creation as {p} (on-device compile); on CPU they simulate the "
+                     "quantization"}
+
+
+def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Callable,
+                 quantized: tuple[str, dict[str, Path]] | None = None):
     """``<model>-float-onnx.tar.bz2`` in ``tmp``: each prepared graph (``<graph>/graph.onnx``, its weights beside it
     when over 2 GB), the sample every archive of the model carries, ``twin.json`` (what it is and how it ran), a
     README with the load code, the licence. ``real(prep)``: the graph's real samples as ``TwinInputs``, or None.
+    ``quantized``: (precision, graph -> its QDQ graph as the build wrote it): ``<model>-<precision>-onnx.tar.bz2``
+    holding those instead, judged as that precision's binaries are against CPU on the float graph.
     Returns (the archive, twin.json's values)."""
     from ..prepare.graph import generate_inputs
     from .archive import make_tar_bz2
     from .sample import sample_members
     from .templating import render
 
-    stem = twin_stem(model.name)
+    precision, qdq = quantized or ("float", {})
+    stem = twin_stem(model.name, precision)
     members: list[tuple[str, Path | bytes]] = []
     graphs = []
     for prep in preps:
-        members.append((f"{stem}/{prep.graph}/graph.onnx", prep.path))
-        if (prep.path.parent / "graph.onnx.data").is_file():
-            members.append((f"{stem}/{prep.graph}/graph.onnx.data", prep.path.parent / "graph.onnx.data"))
+        graph = qdq.get(prep.graph, prep.path)
+        members.append((f"{stem}/{prep.graph}/graph.onnx", graph))
+        data = graph.with_name(graph.name + ".data")  # its weights over 2 GB, by the name the graph gives them
+        if data.is_file():
+            members.append((f"{stem}/{prep.graph}/{data.name}", data))
         seed = model.calibration.seed
         members += sample_members(stem, prep, seed, model.options.constant_outputs)
         inputs = real(prep) or TwinInputs(  # the archive's sample input
             feeds=generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges),
             names=["the archive's sample (generated)"], note="generated: the archive's sample input")
-        graphs.append({"name": prep.graph, "file": f"{prep.graph}/graph.onnx", "sha256": prep.sha256,
+        outputs = [o.name for o in prep.outputs]
+        j = measure(graph, soc, inputs, outputs, model, precision, prep.path) if quantized else \
+            measure(prep.path, soc, inputs, outputs, model)
+        graphs.append({"name": prep.graph, "file": f"{prep.graph}/graph.onnx",
+                       "sha256": sha256_file(graph) if quantized else prep.sha256,
                        "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
-                       "on_device_compile": measure(prep.path, soc, inputs, [o.name for o in prep.outputs], model)})
-    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": "float",
-              "what": "the prepared float graphs: the CPU model, and what ONNX Runtime's QNN EP compiles for the "
-                      "device's HTP at session creation (on-device compile)", "graphs": graphs}
+                       "on_device_compile": j})
+    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": precision,
+              "what": WHAT["quantized" if quantized else "float"].format(p=precision), "graphs": graphs}
     members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
                 (f"{stem}/README.md", render("twin_readme.md.j2", model=model, twin=values).encode()),
                 (f"{stem}/LICENSE", licence)]

@@ -1,8 +1,10 @@
-"""``python -m ci_tools.release.twin_check GRAPH SOC_MODEL HTP_ARCH FEEDS.npz SPEC.json OUT.npz``: a twin run as an
-app runs it, in this process alone (``release/twin.py``). Prints one JSON line: the first load's seconds (the QNN EP
-compiling the graph at session creation, no context cache) and the process's peak memory before and after it;
-writes the outputs on CPU and through the EP for each feed to OUT.npz. SPEC: ``count`` feeds, and for a stateful
-graph ``streams`` (steps per stream, in order) and ``carry`` (output -> input): each side carries its own state."""
+"""``python -m ci_tools.release.twin_check GRAPH SOC_MODEL HTP_ARCH FEEDS.npz SPEC.json OUT.npz [REFERENCE]``: a twin
+run as an app runs it, in this process alone (``release/twin.py``). A float GRAPH is compiled in fp16; a QDQ GRAPH
+(a quantized twin) as it is quantized, with CPU's answer from the float REFERENCE graph. Prints one JSON line: the
+first load's seconds (the QNN EP compiling the graph at session creation, no context cache) and the process's peak
+memory before and after it; writes the outputs on CPU and through the EP for each feed to OUT.npz. SPEC: ``count``
+feeds, and for a stateful graph ``streams`` (steps per stream, in order) and ``carry`` (output -> input): each side
+carries its own state."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ def _run(step, feeds: list[dict], spec: dict, names: list[str]) -> list[list[np.
 
 def main() -> int:
     graph, soc_model, htp_arch, feeds_path, spec_path, out = sys.argv[1:7]
+    reference = sys.argv[7] if len(sys.argv) > 7 else None
     from ..compile import qnn_ep
     from ..prepare.graph import cpu_session
 
@@ -41,10 +44,10 @@ def main() -> int:
     with np.load(feeds_path, allow_pickle=False) as z:
         feeds = [{k.split("/", 1)[1]: z[k] for k in z.files if k.split("/", 1)[0] == str(i)}
                  for i in range(spec["count"])]
-    cpu_sess = cpu_session(graph)
+    cpu_sess = cpu_session(reference or graph)
     cpu = _run(lambda f: cpu_sess.run(None, f), feeds, spec, [o.name for o in cpu_sess.get_outputs()])
     ort, _ = qnn_ep._ort()
-    options = qnn_ep.htp_options(soc_model, int(htp_arch), fp16=True)
+    options = qnn_ep.htp_options(soc_model, int(htp_arch), fp16=reference is None)
     before = _peak_mb()
     start = time.monotonic()
     with qnn_ep.quiet_native():

@@ -619,11 +619,13 @@ public final class QnnModelResolver {
                 throw new IllegalArgumentException("no model '" + model + "' in this release; models: "
                         + join(models));
             }
-            if (precision == null || "fp16".equals(precision)) {  // no binary: the model's twin, if it has one
-                for (Map<String, Object> a : assets) {
-                    if ("twin".equals(a.get("kind")) && model.equals(a.get("model"))) {
-                        return new Choice(a, null, downloadBase, chip);
-                    }
+            // no binary: the model's twin of that precision (float for fp16 or none asked), if it has one
+            String want = precision == null || "fp16".equals(precision) ? "float" : precision;
+            for (Map<String, Object> a : assets) {
+                String own = str(a, "precision");
+                if ("twin".equals(a.get("kind")) && model.equals(a.get("model"))
+                        && want.equals(own == null ? "float" : own)) {
+                    return new Choice(a, null, downloadBase, chip);
                 }
             }
             return new Choice(chip, "none: no NPU build of " + model + " for " + (chip == null ? spelled : chip)
