@@ -1,6 +1,15 @@
-"""Where the repository's own data lives (the package is installed editable from the repo)."""
+"""Where the tool's data lives.
+
+``ci_tools/_data/`` holds what the tool reads besides its code: the templates, the chip catalog and the demo matrix
+(``matrix/``), the SDK image's Dockerfile. In this repository those are links to ``templates/``, ``matrix/`` and
+``Dockerfile-2.40`` (the repository is also a user of itself); an installed wheel carries copies. ``REPO_ROOT`` is
+the repository of a checkout: its own docs and git history, never needed by a user of the wheel.
+"""
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = REPO_ROOT / "templates"
+PACKAGE = Path(__file__).resolve().parent
+DATA = PACKAGE / "_data"
+REPO_ROOT = PACKAGE.parent
+TEMPLATES = DATA / "templates"
+MATRIX_DATA = DATA / "matrix"

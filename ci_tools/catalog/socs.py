@@ -18,11 +18,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError, UsageError
-from ..paths import REPO_ROOT
+from ..paths import MATRIX_DATA
 from ..util.validation import did_you_mean, validate
 from ..util.yaml_lines import line_of, load_with_lines
 
-DEFAULT_CATALOG = REPO_ROOT / "matrix" / "socs.yaml"
+DEFAULT_CATALOG = MATRIX_DATA / "socs.yaml"
 HTP_ARCHS = (68, 69, 73, 75, 79, 81, 85)
 KINDS = ("phone", "iot", "auto", "compute", "xr", "wear")
 # spellings that name exactly one chip

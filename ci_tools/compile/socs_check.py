@@ -30,11 +30,11 @@ import yaml
 from ..catalog.routes import ORT_EP_HTP_ARCHS
 from ..catalog.socs import Catalog, Soc
 from ..errors import BackendUnavailable, CompileError
-from ..paths import REPO_ROOT
+from ..paths import MATRIX_DATA
 from ..util import cmd
 from ..util.text import clip
 
-SNAPSHOT = REPO_ROOT / "matrix" / "soc_sources.yaml"
+SNAPSHOT = MATRIX_DATA / "soc_sources.yaml"
 EP = "onnxruntime-qnn"
 
 

@@ -14,13 +14,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from ..catalog.socs import Catalog, Soc, UnknownSocError, load_catalog
 from ..errors import ConfigError
-from ..paths import REPO_ROOT
+from ..paths import MATRIX_DATA
 from ..util.precision import PRECISIONS, Precision  # noqa: F401 (the one list, re-exported)
 from ..util.validation import PATTERN_HINTS, did_you_mean, dotted_path, validate
 from ..util.yaml_lines import Loc, line_of, load_with_lines
 
-DEFAULT_MATRIX = REPO_ROOT / "matrix" / "models.yaml"
-SCHEMA_FILE = REPO_ROOT / "matrix" / "models.schema.json"
+DEFAULT_MATRIX = MATRIX_DATA / "models.yaml"
+SCHEMA_FILE = MATRIX_DATA / "models.schema.json"
 
 DType = Literal["float32", "float16", "int32", "int64", "int16", "uint16", "int8", "uint8", "bool"]
 

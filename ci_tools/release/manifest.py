@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..device.numbers import OnDevice
-from ..paths import REPO_ROOT
+from ..paths import PACKAGE
 from ..util.precision import PRECISIONS, Precision
 
-SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "manifest.schema.json"
+SCHEMA_FILE = PACKAGE / "schemas" / "manifest.schema.json"
 MANIFEST_VERSION = 1
 # what a client tries first when the release has several precisions for one model and chip
 PRECISION_ORDER = PRECISIONS

@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..device.numbers import DeviceRun, OnDevice
-from ..paths import REPO_ROOT
+from ..paths import PACKAGE
 from ..util.precision import Precision
 
-SCHEMA_FILE = REPO_ROOT / "ci_tools" / "schemas" / "metadata.schema.json"
+SCHEMA_FILE = PACKAGE / "schemas" / "metadata.schema.json"
 METADATA_VERSION = 2  # 2: numbers.<graph>.device and on_device from real devices (device-numbers.json)
 
 

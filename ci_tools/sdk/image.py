@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..matrix.schema import LoadedMatrix, QairtSdk
-from ..paths import REPO_ROOT
+from ..paths import DATA, PACKAGE
 
 DOCKERFILE = "Dockerfile-2.40"
 # what the Dockerfile copies into the image besides the pins: part of the tag's digest
@@ -57,10 +57,10 @@ def image(loaded: LoadedMatrix, owner: str, dockerfile: Path | None = None) -> I
     sdk = pinned_sdk(loaded)
     # the recipe is the tool's (its checkout: this repository, or an adopter's pinned .qnn-release-tool), never the
     # adopting repository's, which has no Dockerfile of its own
-    dockerfile = dockerfile or REPO_ROOT / DOCKERFILE
-    try:
-        recipe = dockerfile.read_bytes() + b"".join((REPO_ROOT / f).read_bytes() for f in IMAGE_INPUTS
-                                                    if (REPO_ROOT / f).is_file())
+    dockerfile = dockerfile or DATA / DOCKERFILE
+    try:  # the files it copies are the tool's own (ci_tools/...), wherever the tool is installed
+        recipe = dockerfile.read_bytes() + b"".join((PACKAGE.parent / f).read_bytes() for f in IMAGE_INPUTS
+                                                    if (PACKAGE.parent / f).is_file())
     except OSError as e:
         raise ConfigError(f"{dockerfile}: cannot read the image recipe: {e.strerror}") from None
     if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})", owner or ""):

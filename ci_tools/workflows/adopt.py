@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 
 from ..errors import UsageError
-from ..paths import REPO_ROOT
+from ..paths import MATRIX_DATA, REPO_ROOT
 from ..util.files import write_atomic
 from ..util.git import git_out
 
-DEMO = REPO_ROOT / "matrix" / "models.yaml"
+DEMO = MATRIX_DATA / "models.yaml"
 IGNORED = (".qnn-release-tool/", "dist/")
 PIN = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<ref>[0-9a-f]{40})$")
 
