@@ -35,7 +35,10 @@ PAGE = "index.html"
 EXTRA_FILES = ("qnn-fetch.sh", "RELEASE_NOTES.md", "SHA256SUMS", "manifest.json")
 STATUS = {"passed": ("✓", "verified on real samples"), "generated": ("✓?", "verified on generated inputs only"),
           "unverified": ("○", "built, not verified"), "failed": ("✗", "failed"),
-          "incomplete": ("◐", "incomplete"), "absent": ("–", "not built")}
+          "incomplete": ("◐", "incomplete"), "refused": ("⊘", "refused by the plan"), "absent": ("–", "not built")}
+ATTENTION = ("failed", "incomplete", "refused", "unverified", "generated")  # first on the page, worst first
+CAUSE = {"generated": "verified on generated inputs only: add real samples to the model's entry (samples:)",
+         "unverified": "built, not run on the emulator (the route has none here)"}
 BAR = {"label": 78, "width": 180, "row": 20, "text": 80}  # chart geometry in px
 
 
@@ -118,10 +121,6 @@ def _device(d: OnDevice | None) -> dict | None:
             "first_audio_ms": d.voice.time_to_first_audio_ms if d.voice else None}
 
 
-def _device_bar(d: dict) -> str:
-    return f"{d['latency_ms']:.3f} ms" + (f", {d['speedup']:.1f}x CPU" if d.get("speedup") else "")
-
-
 def _transcript(t: TranscriptNumbers | None) -> dict | None:
     """A speech model's verification: HTP transcripts equal to CPU's, and the WER against the clips."""
     if not t:
@@ -179,31 +178,8 @@ def _warnings(metas: list[Metadata]) -> list[str]:
     return sorted(seen)
 
 
-def _charts(cells: dict, models: list[str], precisions: list[str], chips: list[str]) -> list[dict]:
-    """Per model and precision: binary size, real-device latency and emulator latency per chip."""
-    charts = []
-    for m in models:
-        for p in precisions:
-            built = [(c, cells[(p, c, m)]) for c in chips if cells.get((p, c, m), {}).get("asset")]
-            if not built:
-                continue
-            size = [(c, x["size"] / 1e6, size_text(x["size"])) for c, x in built if x["size"] is not None]
-            lat = [(c, x["latency_ms"], f"{x['latency_ms']:.3f} ms") for c, x in built if x["latency_ms"] is not None]
-            dev = [(c, x["device"]["latency_ms"], _device_bar(x["device"])) for c, x in built
-                   if (x.get("device") or {}).get("latency_ms") is not None]
-            charts.append({"model": m, "precision": p, "id": _slug("chart", m, p),
-                           "size": _chart(f"{m} {p}: context binary size per chip", "MB", size),
-                           "device": _chart(f"{m} {p}: latency on a real device per chip (NPU; speedup vs the "
-                                            "device's CPU)", "ms", dev) if dev else None,
-                           "latency": _chart(f"{m} {p}: HTP emulator latency per chip (x86-64 host, not a device)",
-                                             "ms", lat) if lat else None})
-    return charts
-
-
-def page_data(manifest: Manifest, metas: dict[str, Metadata], report: BuildReport | None,
-              files: dict[str, tuple[int, str]], base: str | None) -> dict:
-    """Everything the page shows. ``files``: the release's other files (name -> (size, sha256))."""
-    cat = _catalog()
+def _cells(manifest: Manifest, metas: dict[str, Metadata], report: BuildReport | None) -> tuple[dict, list]:
+    """(precision, chip, model) -> what its cell shows; and the build's failures."""
     cells: dict[tuple[str, str, str], dict] = {}
     for a in manifest.assets:
         if a.kind == "model":
@@ -220,37 +196,133 @@ def page_data(manifest: Manifest, metas: dict[str, Metadata], report: BuildRepor
             cells[key] = {"status": "failed", "error": f"{r.graph}: {r.error or ''}".strip(": ")}
         elif cells[key]["status"] == "failed":
             cells[key]["error"] += f"; {r.graph}: {r.error or ''}"
+    for r in report.refused if report is not None else []:
+        key = (r.get("precision", ""), r.get("soc", ""), r.get("model", ""))
+        cells.setdefault(key, {"status": "refused", "error": r.get("reason")})
     for c in cells.values():
         c["symbol"], c["text"] = STATUS[c["status"]]
-    order = {n: i for i, n in enumerate(cat.names())} if cat else {}
-    chips = sorted({k[1] for k in cells}, key=lambda n: (order.get(n, len(order)), n))
-    models = sorted({k[2] for k in cells})
-    precisions = [p for p in PRECISION_ORDER if any(k[0] == p for k in cells)]
-    all_metas = list(metas.values())
-    absent = {"status": "absent", "symbol": STATUS["absent"][0], "text": STATUS["absent"][1], "error": None}
-    grids = [{"precision": p, "id": _slug("grid", p),
-              "rows": [{"chip": _chip_info(c, all_metas, cat),
-                        "cells": [cells.get((p, c, m), absent) for m in models]} for c in chips]}
-             for p in precisions]
-    charts = _charts(cells, models, precisions, chips)
-    count = {s: sum(c["status"] == s for c in cells.values()) for s in STATUS if s != "absent"}
+    return cells, failures
+
+
+def _attention(cells: dict) -> list[dict]:
+    """Every target that is not verified on real samples, worst first, with its cause: what the page starts with."""
+    rows = [{"model": m, "chip": c, "precision": p, "status": x["status"], "symbol": x["symbol"], "text": x["text"],
+             "cause": x.get("error") or CAUSE.get(x["status"], ""), "href": "#" + _slug("model", m)}
+            for (p, c, m), x in cells.items() if x["status"] in ATTENTION]
+    return sorted(rows, key=lambda r: (ATTENTION.index(r["status"]), r["model"], r["chip"], r["precision"]))
+
+
+def _overview(cells: dict, models: list[str], chips: list[str], precisions: list[str]) -> list[dict]:
+    """One row per model (they grow; chips are few): a compact status per chip and precision, models with a
+    problem first."""
+    rows = []
+    for m in models:
+        per_chip = [{"chip": c, "badges": [{"precision": p, **{k: cells[(p, c, m)][k] for k in
+                                                               ("status", "symbol", "text")}}
+                                           for p in precisions if (p, c, m) in cells]} for c in chips]
+        statuses = [b["status"] for pc in per_chip for b in pc["badges"]]
+        rank = min((ATTENTION.index(s) for s in statuses if s in ATTENTION), default=len(ATTENTION))
+        rows.append({"model": m, "slug": _slug("model", m), "chips": per_chip, "rank": rank,
+                     "targets": len(statuses), "verified": statuses.count("passed")})
+    return sorted(rows, key=lambda r: (r["rank"], r["model"]))
+
+
+def _chip_pages(cells: dict, chips: list[dict], models: list[str], precisions: list[str]) -> list[dict]:
+    """A page per chip ("everything for SM8750"): each model's archives for it, with status and numbers."""
+    pages = []
+    for chip in chips:
+        rows = [{"model": m, "model_slug": _slug("model", m), "precision": p, **cells[(p, chip["name"], m)]}
+                for m in models for p in precisions if (p, chip["name"], m) in cells]
+        pages.append({**chip, "rows": rows, "verified": sum(r["status"] == "passed" for r in rows)})
+    return pages
+
+
+def _model_pages(cells: dict, models: list[str], chips: list[dict], precisions: list[str]) -> list[dict]:
+    """A page per model: its chips (rows) at each precision with the numbers side by side, and its archives."""
+    pages = []
+    for m in models:
+        rows = [{"chip": chip, "chip_slug": chip["slug"], "precision": p, **cells[(p, chip["name"], m)]}
+                for chip in chips for p in precisions if (p, chip["name"], m) in cells]
+        pages.append({"model": m, "slug": _slug("model", m), "rows": rows})
+    return pages
+
+
+def _chip_charts(cells: dict, pages: list[dict], models: list[str], precisions: list[str]) -> list[dict]:
+    """The release's chips compared, at any catalogue size: the share of each chip's targets verified on real
+    samples, and per chip the median over models of its binary size and emulator latency relative to the same model
+    on the release's other chips (1.00: as the model's median chip)."""
+    import statistics
+
+    charts = []
+    rows = [(p["name"], 100 * p["verified"] / len(p["rows"]), f"{p['verified']}/{len(p['rows'])} verified")
+            for p in pages if p["rows"]]
+    if rows:
+        charts.append({"id": "chips-verified", "kind": "verified",
+                       "chart": _chart("Targets verified on real samples, per chip", "%", rows)})
+    measures = (("size", "Context binary size", lambda x: x.get("size")),
+                ("device", "Latency on a real device (NPU)", lambda x: (x.get("device") or {}).get("latency_ms")),
+                ("latency", "HTP emulator latency (x86-64 host, not a device)", lambda x: x.get("latency_ms")))
+    for kind, title, value in measures:
+        ratios: dict[str, list[float]] = {}
+        for m in models:
+            for prec in precisions:
+                got = {p["name"]: value(cells[(prec, p["name"], m)]) for p in pages if (prec, p["name"], m) in cells}
+                got = {c: v for c, v in got.items() if v}
+                if len(got) < 2:
+                    continue
+                mid = statistics.median(got.values())
+                for c, v in got.items():
+                    ratios.setdefault(c, []).append(v / mid)
+        rows = [(p["name"], statistics.median(ratios[p["name"]]), f"{statistics.median(ratios[p['name']]):.2f}x")
+                for p in pages if ratios.get(p["name"])]
+        if rows:
+            charts.append({"id": f"chips-{kind}", "kind": kind, "chart": _chart(
+                f"{title} per chip, relative to the same model's median chip (median over {len(models)} model(s))",
+                "x", rows)})
+    return charts
+
+
+def _asset_rows(manifest: Manifest, files: dict[str, tuple[int, str]], base: str | None) -> tuple[list, dict]:
+    """The assets table's rows, and each asset's link by its name."""
     def href(name: str, release: str | None) -> str:  # an asset of a linked release: beside this one's folder
         return ((f"{base}../{quote(release, safe='')}/" if base else "") if release else (base or "")) + quote(name)
 
+    links = {a.name: href(a.pieces[0].name if a.pieces else a.name, a.release) for a in manifest.assets}
     assets = [{"name": a.name + (f" ({len(a.pieces)} pieces)" if a.pieces else ""), "kind": a.kind, "size": a.size,
-               "sha256": a.sha256, "href": href(a.pieces[0].name if a.pieces else a.name, a.release)}
-              for a in manifest.assets]
+               "sha256": a.sha256, "href": links[a.name]} for a in manifest.assets]
     assets += [{"name": p.name, "kind": "piece", "size": p.size, "sha256": p.sha256, "href": href(p.name, a.release)}
                for a in manifest.assets for p in (a.pieces or [])]
     assets += [{"name": n, "kind": "file", "size": size, "sha256": sha, "href": (base or "") + quote(n)}
                for n, (size, sha) in files.items()]
+    return assets, links
+
+
+def page_data(manifest: Manifest, metas: dict[str, Metadata], report: BuildReport | None,
+              files: dict[str, tuple[int, str]], base: str | None) -> dict:
+    """Everything the page shows. ``files``: the release's other files (name -> (size, sha256))."""
+    cat = _catalog()
+    cells, failures = _cells(manifest, metas, report)
+    order = {n: i for i, n in enumerate(cat.names())} if cat else {}
+    chip_names = sorted({k[1] for k in cells}, key=lambda n: (order.get(n, len(order)), n))
+    models = sorted({k[2] for k in cells})
+    precisions = [p for p in PRECISION_ORDER if any(k[0] == p for k in cells)]
+    all_metas = list(metas.values())
+    chips = [{**_chip_info(c, all_metas, cat), "slug": _slug("chip", c)} for c in chip_names]
+    assets, links = _asset_rows(manifest, files, base)
+    for x in cells.values():  # each archive's link, for the model and chip pages
+        x["href"] = links.get(x.get("asset"))
+    chip_pages = _chip_pages(cells, chips, models, precisions)
+    count = {s: sum(c["status"] == s for c in cells.values()) for s in STATUS if s != "absent"}
     return {"tag": manifest.tag, "toolkit": manifest.toolkit, "sdk_versions": manifest.sdk_versions,
             "images": manifest.images, "tools": sorted({f"{m.sdk.route}: {m.sdk.tool}" for m in all_metas}),
             "commits": sorted({m.toolkit_commit for m in all_metas if m.toolkit_commit}),
             "created": max((m.created or "" for m in all_metas), default="") or None,
-            "models": models, "grids": grids, "charts": charts, "failures": failures, "count": count,
-            "verification": _verification(all_metas), "warnings": _warnings(all_metas), "assets": assets,
-            "statuses": STATUS,
+            "models": models, "chips": chips, "precisions": precisions, "attention": _attention(cells),
+            "overview": _overview(cells, models, chip_names, precisions), "chip_pages": chip_pages,
+            "model_pages": _model_pages(cells, models, chips, precisions),
+            "chip_charts": _chip_charts(cells, chip_pages, models, precisions),
+            "failures": failures, "count": count, "verification": _verification(all_metas),
+            "warnings": _warnings(all_metas), "assets": assets, "statuses": STATUS,
             "has_fetch_sh": "qnn-fetch.sh" in files, "device_numbers": manifest.device_numbers}
 
 
