@@ -160,3 +160,22 @@ def test_a_chips_speech_is_judged_by_its_waveform_and_by_what_the_listener_hears
             assert r.verified is True and r.status == "ok"
         else:
             assert r.status == "failed" and r.exit_code == 7 and message in r.error, r.error
+
+
+@pytest.mark.parametrize("module", ["ci_tools.recipes.piper.runtime", "ci_tools.recipes.whisper.runtime"])
+def test_the_shipped_runtimes_keep_the_native_banner_off_stdout(module, capfd, monkeypatch):
+    """#46 item 3: the QNN library's "# LIBNATIVE" banner, written to fd 1 as the HTP backend loads, never reaches
+    the terminal of `speak.py` or the Whisper runtime (a native write inside session creation), unless asked."""
+    import importlib
+    import os
+
+    r = importlib.import_module(module)
+    monkeypatch.delenv("QNN_VERBOSE", raising=False)
+    with r._native_quiet():
+        os.write(1, b" # LIBNATIVE: banner\n")
+    os.write(1, b"said\n")
+    assert capfd.readouterr().out == "said\n"
+    monkeypatch.setenv("QNN_VERBOSE", "1")
+    with r._native_quiet():
+        os.write(1, b" # LIBNATIVE: banner\n")
+    assert "LIBNATIVE" in capfd.readouterr().out

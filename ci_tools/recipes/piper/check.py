@@ -28,7 +28,7 @@ from ...sources.samples import resample
 from ...util.files import write_atomic, write_json
 from ...util.isolated import map_stoppable
 from ...util.metrics import compare, worst
-from ...util.text import clip
+from ...util.text import clip, step_done
 from .. import ChipCheck
 from ..whisper.check import wer
 from .export import sentences_of, snr_db
@@ -56,6 +56,7 @@ class ChipJob:
     cpu: dict[str, str]  # sentence -> what the listener hears in CPU's audio of it
     graphs: dict[str, dict]  # graph -> folder, context_onnx, binaries
     wav_dir: str  # where the chip's audio of its first sentence is kept (the archive's sample)
+    model: str = ""  # its name, for the progress lines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +142,7 @@ def _check_chip(job: ChipJob) -> ChipResult:
                         "worst_chunk_max_abs": max(c["max_abs"] for c in mine) if mine else None})
             if i == 0:
                 sample = speech
+            step_done(f"{job.model} {job.soc} {job.precision}", "sentence", i + 1, len(job.sentences), started)
     Path(job.wav_dir).mkdir(parents=True, exist_ok=True)  # every sentence said: the first is the archive's sample
     write_wav(Path(job.wav_dir) / f"{job.key}.wav", sample.audio, sample.sample_rate)
     audio = sum(s["audio_seconds"] for s in out)
@@ -223,7 +225,7 @@ def check_speech(check: ChipCheck) -> list[TargetRecord]:
             key=key, soc=soc, precision=precision, export_dir=str(check.export), listener=str(listener),
             chip={"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch}, sentences=mine, cpu=cpu,
             graphs={r.graph: {"folder": str(check.folders[r.id]), "context_onnx": r.context_onnx,
-                              "binaries": r.binaries} for r in rs}, wav_dir=str(store)))
+                              "binaries": r.binaries} for r in rs}, wav_dir=str(store), model=model.name))
     if pending and check.progress is not None:
         check.progress.info(f"{model.name}: {len(pending)} chip build(s) speak {model.verify.per_chip} sentence(s) "
                             "each on the HTP emulator (about 20 s per 3 s of audio)")

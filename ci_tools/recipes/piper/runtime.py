@@ -19,7 +19,9 @@ centres. A sentence longer than ``max_ids`` ids is split at punctuation, else be
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 import wave
@@ -64,6 +66,24 @@ class Speech:
         return len(self.audio) / self.sample_rate
 
 
+@contextlib.contextmanager
+def _native_quiet():
+    """The QNN library writes a "# LIBNATIVE: ..." banner to the process's stdout when the HTP backend loads: kept
+    off the terminal (and out of a piped stdout) unless QNN_VERBOSE is set."""
+    if os.environ.get("QNN_VERBOSE"):
+        yield
+        return
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
 def _session(path: Path, device: str, chip: dict | None = None):
     import onnxruntime as ort
 
@@ -85,7 +105,8 @@ def _session(path: Path, device: str, chip: dict | None = None):
         if (chip or {}).get(key):
             options[key] = str(chip[key])
     so.add_provider_for_devices(devices, options)
-    return ort.InferenceSession(str(path), sess_options=so)
+    with _native_quiet():
+        return ort.InferenceSession(str(path), sess_options=so)
 
 
 def read_voice(folder: Path) -> dict:

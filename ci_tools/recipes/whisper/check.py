@@ -27,6 +27,7 @@ from ...util.files import write_json
 from ...util.isolated import map_stoppable
 from ...util.metrics import compare, worst
 from ...util.text import clip as clipped
+from ...util.text import step_done
 from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
 
@@ -55,6 +56,7 @@ class ChipJob:
     chip: dict  # name, soc_model, htp_arch: written into the folder's whisper.json
     clips: list[dict]  # windows: paths, names, name, text
     graphs: dict[str, dict]  # graph -> folder, context_onnx, binaries
+    model: str = ""  # its name, for the progress lines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +305,7 @@ def _check_chip(job: ChipJob) -> ChipResult:
                           "audio_seconds": round(len(audio) / SAMPLE_RATE, 3),
                           "decoder_seconds": round(sum(got.decoder_seconds), 3),
                           "htp_ended": got.ended, "divergent_steps": departures})
+            step_done(f"{job.model} {job.soc} {job.precision}", "clip window", len(clips), len(job.clips), started)
     for c in clips:
         c["wer_vs_cpu"] = wer([(c["cpu"], c["htp"])])
         c["wer"] = wer([(c["reference"], c["htp"])])
@@ -402,7 +405,7 @@ def _job(check: ChipCheck, soc: str, precision: str, rs: list[TargetRecord], win
         clips=[{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
                 "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in windows],
         graphs={r.graph: {"folder": str(check.folders[r.id]), "context_onnx": r.context_onnx,
-                          "binaries": r.binaries} for r in rs})
+                          "binaries": r.binaries} for r in rs}, model=model.name)
 
 
 def _run(pending: list[ChipJob], jobs: int, progress, model: str, isolate: bool = False):

@@ -17,7 +17,9 @@ its emulator on x86-64) or ``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 import wave
@@ -184,6 +186,24 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - top - np.log(np.sum(np.exp(x - top)))
 
 
+@contextlib.contextmanager
+def _native_quiet():
+    """The QNN library writes a "# LIBNATIVE: ..." banner to the process's stdout when the HTP backend loads: kept
+    off the terminal (and out of a piped stdout) unless QNN_VERBOSE is set."""
+    if os.environ.get("QNN_VERBOSE"):
+        yield
+        return
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
 def _session(path: Path, device: str, soc_model: str | None = None, htp_arch: str | None = None):
     import onnxruntime as ort
 
@@ -206,7 +226,8 @@ def _session(path: Path, device: str, soc_model: str | None = None, htp_arch: st
     if htp_arch:
         options["htp_arch"] = str(htp_arch)
     so.add_provider_for_devices(devices, options)
-    return ort.InferenceSession(str(path), sess_options=so)
+    with _native_quiet():
+        return ort.InferenceSession(str(path), sess_options=so)
 
 
 class Whisper:
