@@ -147,8 +147,7 @@ def _check_chip(job: ChipJob) -> ChipResult:
     write_wav(Path(job.wav_dir) / f"{job.key}.wav", sample.audio, sample.sample_rate)
     audio = sum(s["audio_seconds"] for s in out)
     busy = sum(sum(s["seconds"].values()) for s in out)
-    n_enc = sum(s["pieces"] for s in out)
-    n_dec = sum(s["decoder_runs"] for s in out)
+    n_enc, n_dec = sum(s["pieces"] for s in out), sum(s["decoder_runs"] for s in out)
     return ChipResult(
         key=job.key, soc=job.soc, precision=job.precision, sentences=out,
         wer_vs_cpu=wer([(s["cpu_heard"], s["htp_heard"]) for s in out]),
