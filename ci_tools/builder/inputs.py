@@ -26,7 +26,7 @@ def samples_of(store: SourceStore, loaded: LoadedMatrix, m: Model, graph: str, i
     """``sample_set`` for a graph's inputs and outputs (prepare's check runs on them before it is written)."""
     block = m.samples_for(graph, [t.name for t in inputs])
     if block is not None:
-        files = store._fetch(m, block.source)
+        files = store.fetch_source(m, block.source)
         return make_samples(m, graph, inputs, files, outputs)
     if m.samples is not None:
         return None  # the model's samples feed its other graphs

@@ -37,7 +37,7 @@ def _pins_of(store: SourceStore, model, src, at: Loc) -> list[Pin]:
     """(where, the pin, the file's digest) for every file ``src`` pins."""
     if isinstance(src, PartsSource):
         return [p for j, sub in enumerate(src.sources) for p in _pins_of(store, model, sub, (*at, "sources", j))]
-    got = {name: blob.name for name, blob in store._fetch(model, src).items()}
+    got = {name: blob.name for name, blob in store.fetch_source(model, src).items()}
     if isinstance(src, (PipSource, HfSource)):
         return [Pin((*at, "files", name), sha, got[name]) for name, sha in src.files.items()]
     if isinstance(src, (UrlSource, PathSource)):

