@@ -96,7 +96,7 @@ def build(loaded: LoadedMatrix, settings: BuildSettings, pick: TargetFilter | No
                    progress=progress or Progress(len(targets)), precompile_only=settings.precompile_only,
                    from_store=settings.from_store, started=started, when=when, isolate=settings.isolate)
         report = _build(run, targets, planned.refused, settings.jobs)
-        report.refused = [r.as_dict() for r in planned.refused]
+        report.refused = [r.as_dict() for r in planned.refused]  # the precompile report's too
         return report
 
 
@@ -128,10 +128,10 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal], jobs: int) 
         by_model.setdefault(t.model.name, []).append(t)
     for model_targets in by_model.values():
         run.model(model_targets)
-    if run.missing:
-        from ..errors import PackageError
+    if run.missing:  # an incomplete build (exit 8), not a release package refused
+        from ..errors import BuildFailed
 
-        raise PackageError(f"{len(run.missing)} target(s) are not in the downloaded store: "
+        raise BuildFailed(f"{len(run.missing)} target(s) are not in the downloaded store: "
                            f"{', '.join(run.missing[:6])}"
                            + (f" and {len(run.missing) - 6} more" if len(run.missing) > 6 else ""),
                            hint="their chip jobs failed or their artifacts were not downloaded: re-run the failed "

@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from ..catalog.socs import Catalog, Soc, UnknownSocError, load_catalog
 from ..errors import ConfigError
 from ..paths import MATRIX_DATA
+from ..util.github_limits import MAX_ASSET_BYTES, MAX_ASSETS
 from ..util.precision import PRECISIONS, Precision  # noqa: F401 (the one list, re-exported)
 from ..util.validation import PATTERN_HINTS, did_you_mean, dotted_path, validate
 from ..util.yaml_lines import Loc, line_of, load_with_lines
@@ -474,10 +475,10 @@ class Release(_Frozen):
         default="github.com", description="where the workflows run: github.com (and GitHub Enterprise Cloud), or "
         "GitHub Enterprise Server, whose workflow limits are lower (20 unique reusable workflows per caller, 4 "
         "levels, against 50 and 10); `render` checks the rendered tree against them")
-    max_assets: int = Field(default=1000, ge=10, le=1000, description="assets per GitHub release (GitHub: 1,000); "
-                            "a release with more continues in linked releases <tag>-part2, -part3 ...")
+    max_assets: int = Field(default=MAX_ASSETS, ge=10, le=MAX_ASSETS, description="assets per GitHub release "
+                            "(GitHub: 1,000); a release with more continues in linked releases <tag>-part2, -part3 ...")
     regressions: Regressions = Field(default=Regressions(), description="what compare counts as a regression")
-    max_asset_bytes: int = Field(default=2 * 1024**3 - 1, ge=1024, le=2 * 1024**3 - 1, description="bytes per "
+    max_asset_bytes: int = Field(default=MAX_ASSET_BYTES, ge=1024, le=MAX_ASSET_BYTES, description="bytes per "
                                  "release asset (GitHub: under 2 GiB); a larger archive is uploaded in pieces "
                                  "(<name>.001 ...) that clients join and check")
 

@@ -20,13 +20,9 @@ from pathlib import Path
 
 from ..errors import PackageError
 from ..sources.store import sha256_file
+from ..util.github_limits import MAX_ASSET_BYTES, MAX_ASSETS, RESERVED
 from .manifest import LibsAsset, ModelAsset, Piece
 
-MAX_ASSETS = 1000  # GitHub: assets per release (community discussion #165616)
-MAX_ASSET_BYTES = 2 * 1024**3 - 1  # GitHub: each file under 2 GiB (docs, "About releases")
-# what the release of the tag holds besides archives: manifest.json, SHA256SUMS, RELEASE_NOTES.md, qnn-fetch.sh,
-# index.html
-RESERVED = 5
 CHUNK = 1 << 20
 
 

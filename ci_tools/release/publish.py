@@ -17,16 +17,11 @@ from pathlib import Path
 
 from ..errors import PublishError
 from ..sources.store import sha256_file
+from ..util.github_limits import EXTRAS, LAST, MAX_ASSET_BYTES, MAX_ASSETS
 from ..util.text import clip
 from .github import Connection, GitHub
 
-MAX_ASSET = 2 * 1024**3  # GitHub refuses assets of 2 GiB and more
-# GitHub holds at most 1,000 assets per release (community discussion #165616; projects that reach it continue in
-# a second release): more would fail part-way through the uploads, after the compiles
-MAX_ASSETS = 1000
-LAST = ("SHA256SUMS", "manifest.json")  # what download clients read: only once everything else is there
-# published beside the archives when package wrote them: notes, the sh client, the release page
-EXTRAS = (("RELEASE_NOTES.md", "text/markdown"), ("qnn-fetch.sh", "text/x-shellscript"), ("index.html", "text/html"))
+MAX_ASSET = MAX_ASSET_BYTES + 1  # GitHub refuses assets of 2 GiB and more
 
 
 @dataclass
