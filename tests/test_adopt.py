@@ -33,7 +33,8 @@ def _tool(tmp: Path) -> Path:
     """A checkout of qnn-release at the pinned commit (what actions/checkout fetches on GitHub)."""
     tool = tmp / "tool"
     for name in ("ci_tools", "templates"):
-        shutil.copytree(REPO / name, tool / name, ignore=shutil.ignore_patterns("__pycache__"))
+        # symlinks: ci_tools/_data links into this copy, as in a git checkout
+        shutil.copytree(REPO / name, tool / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
     for name in ("pyproject.toml", "README.md", "Dockerfile-2.40", "constraints.txt"):
         shutil.copy2(REPO / name, tool / name)
     (tool / "matrix").mkdir()

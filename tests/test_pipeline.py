@@ -28,7 +28,8 @@ def _repo(tmp_path: Path, chips=("SM8750", "SM8550"), name="m", pins=PINS) -> Pa
     """A repository as the jobs check it out: the toolkit, a matrix with one small model, its graph."""
     repo = tmp_path / "repo"
     for n in ("ci_tools", "templates"):
-        shutil.copytree(REPO / n, repo / n, ignore=shutil.ignore_patterns("__pycache__"))
+        # symlinks: ci_tools/_data links into this copy, as in a git checkout
+        shutil.copytree(REPO / n, repo / n, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
     for n in ("pyproject.toml", "README.md", "Dockerfile-2.40"):
         shutil.copy2(REPO / n, repo / n)
     (repo / "matrix").mkdir()
