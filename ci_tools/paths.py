@@ -11,5 +11,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 DATA = PACKAGE / "_data"
 REPO_ROOT = PACKAGE.parent
+# a checkout of qnn-release (its own git history), not a wheel in site-packages: git run from site-packages would
+# answer for whatever repository the environment happens to sit in
+CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "templates").is_dir()
 TEMPLATES = DATA / "templates"
 MATRIX_DATA = DATA / "matrix"

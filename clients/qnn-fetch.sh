@@ -589,40 +589,49 @@ qf_ascii() {
 qf_look_back() {
     qf_api=${QNN_FETCH_API_URL:-${GITHUB_API_URL:-https://api.github.com}}
     qf_api=${qf_api%/}
-    : >"$QF_WORK/releases.json"
+    : >"$QF_WORK/alltags"
     qf_page=1
     while [ "$qf_page" -le 10 ]; do  # pages of up to 100 (GitHub's most), newest first; at most 1,000 releases
-        qf_get_bounded "$qf_api/repos/$QF_REPO/releases?per_page=100&page=$qf_page" "$QF_WORK/page.json" 33554432
+        # a catalogue release lists up to 1,000 assets (about 2 kB each in the listing): a page is bounded at 256 MiB
+        qf_get_bounded "$qf_api/repos/$QF_REPO/releases?per_page=100&page=$qf_page" "$QF_WORK/page.json" 268435456
         case $? in
             0) ;;
             44) qf_die 10 "$QF_REPO: GitHub has no such repository, or it is private ($qf_api/repos/$QF_REPO/releases: 404)" ;;
             *) qf_die 4 "$QF_REPO: could not list its releases ($qf_api/repos/$QF_REPO/releases)" ;;
         esac
-        grep -q '"tag_name"' "$QF_WORK/page.json" || break
-        cat "$QF_WORK/page.json" >>"$QF_WORK/releases.json"
-        echo >>"$QF_WORK/releases.json"
+        # tag names only where written as a plain JSON string of URL-safe characters (an escaped quote ends the
+        # match); the page itself is not kept
+        awk '{ s = $0
+            while (match(s, /"tag_name"[ \t\r]*:[ \t\r]*"[A-Za-z0-9._+-]*"/)) {
+                t = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+                sub(/^"tag_name"[^:]*:[^"]*"/, "", t); sub(/"$/, "", t); print t } }' "$QF_WORK/page.json" \
+            >"$QF_WORK/pagetags"
+        rm -f "$QF_WORK/page.json"
+        [ -s "$QF_WORK/pagetags" ] || break
+        cat "$QF_WORK/pagetags" >>"$QF_WORK/alltags"
         qf_page=$((qf_page + 1))
     done
-    # tag names only where written as a plain JSON string of URL-safe characters (an escaped quote ends the match)
+    # never a linked part or the release asked for; a version-shaped tag newer than it never; by version where every
+    # tag is one, else in GitHub's order (newest first)
     awk -v mine="$QF_TAG" '
     function key(t,   x, c, j, k) { c = split(t, x, "."); sub(/^v/, "", x[1]); k = ""
-        for (j = 1; j <= 4; j++) k = k sprintf("%010d", (j <= c) ? x[j] + 0 : 0)
+        for (j = 1; j <= c; j++) k = k sprintf("%010d", x[j] + 0)
+        for (; j <= 8; j++) k = k sprintf("%010d", 0)
         return k }
-    { s = s $0 " " }
+    function version(t) { return t ~ /^v?[0-9][0-9]?[0-9]?[0-9]?[0-9]?[0-9]?[0-9]?[0-9]?[0-9]?(\.[0-9][0-9]?[0-9]?[0-9]?[0-9]?[0-9]?[0-9]?[0-9]?[0-9]?)*$/ }
+    { t = $0
+      if (t == "" || t == mine || substr(t, 1, 1) == "." || t ~ /-part[0-9]+$/ || seen[t]++) next
+      tags[++n] = t }
     END {
-        versions = mine ~ /^v?[0-9]+(\.[0-9]+)*$/
-        while (n < 1000 && match(s, /"tag_name"[ \t\r]*:[ \t\r]*"[A-Za-z0-9._+-]*"/)) {
-            t = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
-            sub(/^"tag_name"[^:]*:[^"]*"/, "", t); sub(/"$/, "", t)
-            if (t == "" || t == mine || substr(t, 1, 1) == "." || t ~ /-part[0-9]+$/ || seen[t]++) continue
-            tags[++n] = t
-            if (t !~ /^v?[0-9]+(\.[0-9]+)*$/) versions = 0 }
-        if (!versions) { for (i = 1; i <= n; i++) print tags[i]; exit }
-        m = key(mine)
-        for (i = 1; i <= n; i++) { k = key(tags[i]); if (k > m) continue
+        mv = version(mine); m = key(mine); versions = mv
+        for (i = 1; i <= n; i++) if (!version(tags[i])) versions = 0
+        for (i = 1; i <= n; i++) {
+            v = version(tags[i]); k = key(tags[i])
+            if (mv && v && k > m) continue
+            if (!versions) { print tags[i]; continue }
             for (j = c++; j > 0 && keys[j] < k; j--) { keys[j + 1] = keys[j]; out[j + 1] = out[j] }
             keys[j + 1] = k; out[j + 1] = tags[i] }
-        for (i = 1; i <= c; i++) print out[i] }' "$QF_WORK/releases.json" >"$QF_WORK/tags"
+        for (i = 1; i <= c; i++) print out[i] }' "$QF_WORK/alltags" >"$QF_WORK/tags"
     while IFS= read -r qf_t; do
         qf_get_bounded "$QF_BASE/$QF_REPO/releases/download/$qf_t/manifest.json" "$QF_WORK/lookback.json" \
             134217728 || continue  # no manifest: not a qnn-release release

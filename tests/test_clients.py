@@ -761,3 +761,50 @@ def test_fetch_refuses_a_manifest_nested_past_the_recursion_limit(gh, tmp_path, 
         fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / "d",
                     via=Connection(api_url=gh.url, sleep=lambda s: None))
     assert e.value.exit_code == 9 and "(rule json)" in e.value.message
+
+
+def _pax_zero_record(path: Path, stem: str) -> None:
+    """An archive whose pax record says its length is 0 (a reader that trusts it never moves on)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(f"{stem}/" + "n" * 120)  # a long name: written as a pax 'path' record
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    data = raw.getvalue()
+    at = data.index(b" path=")
+    start = data.rindex(b"\n", 0, at) + 1 if b"\n" in data[:at] else data.rindex(b"\0", 0, at) + 1
+    data = data[:start] + b"0" * (at - start) + data[at:]
+    import bz2
+
+    path.write_bytes(bz2.compress(data))
+
+
+def test_the_java_installer_is_all_or_nothing_and_refuses_broken_archives(gh, tmp_path, java_classes):
+    """The model's and its qnn-libs' install is all or nothing (qnn-libs that fail leave dest as it was);
+    a pax record of length 0 and a corrupt bzip2 stream are refused with exit 9, never a hang or exit 4."""
+    url = f"{gh.url}/{OWNER_REPO}/releases/download/{TAG}/manifest.json"
+    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    model = next(a for a in manifest["assets"] if a["kind"] == "model")
+    libs = next(a for a in manifest["assets"] if a["kind"] == "qnn-libs")
+    _publish(gh, folder)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("app data")
+    gh.fault("GET", r"/releases/download/.*qnn-libs", "corrupt", count=99)  # the model downloads, its libraries fail
+    r = install_java(java_classes, url, "vad", "SM8750", dest)
+    assert r.returncode == 4 and "qnn-libs" in r.stderr, r.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["mine.txt"]  # not the model without its libraries
+    gh.state.faults.clear()
+    for name, make in (("pax", lambda p: _pax_zero_record(p, model["name"].removesuffix(".tar.bz2"))),
+                       ("crc", lambda p: p.write_bytes(p.read_bytes()[:40] + bytes([p.read_bytes()[40] ^ 0xFF])
+                                                       + p.read_bytes()[41:]))):
+        bad = _release(tmp_path / f"rel-{name}", rows=[("vad", "SM8750", "fp16")], tag=f"v0.{len(name)}.{name}")
+        make(bad / model["name"])
+        m = json.loads((bad / "manifest.json").read_text())
+        _finish(bad, m["assets"], tag=f"v0.{len(name)}.{name}")
+        _publish(gh, bad, tag=f"v0.{len(name)}.{name}")
+        r = install_java(java_classes, url.replace(TAG, f"v0.{len(name)}.{name}"), "vad", "SM8750", dest)
+        assert r.returncode == 9 and "refused" in r.stderr, (name, r.stderr)
+        assert sorted(p.name for p in dest.iterdir()) == ["mine.txt"], name
+    assert libs["name"]  # (the qnn-libs asset was there to fail)

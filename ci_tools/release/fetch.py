@@ -204,21 +204,21 @@ def _check_runtime(release: str, model: str, soc: str, asset: dict, runtime: str
 def loadable_release(release: str, model: str, soc: str, runtime: str, precision: str | None = None,
                      via: Connection | None = None) -> str | None:
     """The newest published release of the repository, not newer than ``release``'s tag, whose binary of ``model``
-    for ``soc`` the app's QNN ``runtime`` loads: its OWNER/NAME@TAG, or None. Each release's manifest is read
-    (newest first, drafts never)."""
-    from .publish import tag_version
-
+    for ``soc`` the app's QNN ``runtime`` loads: its OWNER/NAME@TAG, or None. Each release's manifest is read: by
+    version where every tag is a plain version, else in GitHub's order (newest first); drafts and linked parts
+    never. qnn-fetch.sh and the Java installer apply the same rule."""
     via = via or Connection()
     repo, tag = _split(release)
     chip = load_catalog().resolve(soc)
     gh = via.client(repo, give_up=SourceError)
-    mine = tag_version(tag)
-    releases = [r for r in gh.paginate(f"/repos/{repo}/releases") if not r.get("draft")]  # newest first
-    if all(tag_version(r.get("tag_name", "")) is not None for r in releases):  # by version where tags are versions
-        releases.sort(key=lambda r: tag_version(r["tag_name"]), reverse=True)
+    mine = _plain_version(tag)
+    releases = [r for r in gh.paginate(f"/repos/{repo}/releases") if not r.get("draft")  # newest first
+                and r.get("tag_name") != tag and not re.search(r"-part\d+$", r.get("tag_name", ""))]
+    if mine is not None and all(_plain_version(r.get("tag_name", "")) for r in releases):  # every tag a version
+        releases.sort(key=lambda r: _plain_version(r["tag_name"]), reverse=True)
     for rel in releases:
-        v = tag_version(rel.get("tag_name", ""))
-        if mine is not None and v is not None and v > mine:
+        v = _plain_version(rel.get("tag_name", ""))
+        if mine is not None and v is not None and v > mine:  # never a release newer than the one asked for
             continue
         try:
             assets = check_manifest(_Downloader(gh, rel, via.token, downloads_dir(None), gh.sleep).manifest(),
@@ -231,6 +231,16 @@ def loadable_release(release: str, model: str, soc: str, runtime: str, precision
         if fits:
             return f"{repo}@{rel['tag_name']}"
     return None
+
+
+def _plain_version(tag: str) -> tuple[int, ...] | None:
+    """A tag that is a plain version (v1.2.0, 2.0): its numbers, as every client reads it for --look-back (a
+    pre-release or any other tag is not one: the releases then go in GitHub's order)."""
+    m = re.fullmatch(r"v?(\d{1,9}(?:\.\d{1,9})*)", tag or "")
+    if m is None:
+        return None
+    parts = [int(x) for x in m[1].split(".")]
+    return tuple(parts + [0] * (8 - len(parts)))
 
 
 def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,

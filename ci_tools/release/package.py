@@ -7,6 +7,7 @@ than the qnn-libs shipped beside them, or for another chip than their name says.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -61,15 +62,27 @@ def sdk_sha256(root: Path) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
 def _git_commit() -> str | None:
-    from ..paths import REPO_ROOT
+    from ..paths import CHECKOUT, REPO_ROOT
     from ..util.git import git_out
 
+    if not CHECKOUT:  # an installed wheel: no history of its own (never the repository it sits in)
+        return None
     out = git_out(REPO_ROOT, "rev-parse", "HEAD")
     return out.strip() if out is not None else None
 
 
-def _repo_revision(src) -> tuple[str, str | None]:
+@functools.lru_cache(maxsize=8)
+def _repo_commit(root: Path) -> str | None:
+    """The commit of the repository holding the matrix (a path source's revision): asked once per release."""
+    from ..util.git import git_out
+
+    out = git_out(root, "rev-parse", "HEAD")
+    return out.strip() if out is not None else None
+
+
+def _repo_revision(src, root: Path) -> tuple[str, str | None]:
     if isinstance(src, HfSource):
         return src.repo, src.revision
     if isinstance(src, PipSource):
@@ -78,15 +91,15 @@ def _repo_revision(src) -> tuple[str, str | None]:
     if isinstance(src, UrlSource):
         return src.url, None
     if isinstance(src, PartsSource):
-        pins = [_repo_revision(s) for s in src.sources]
+        pins = [_repo_revision(s, root) for s in src.sources]
         return " + ".join(r for r, _ in pins), " + ".join(v or "-" for _, v in pins)
     assert isinstance(src, PathSource)
-    return src.path, _git_commit()
+    return src.path, _repo_commit(root)
 
 
-def _source_info(model: Model, prepared: list[Prepared]) -> dict:
+def _source_info(model: Model, prepared: list[Prepared], root: Path) -> dict:
     src = model.source
-    repo, rev = _repo_revision(src)
+    repo, rev = _repo_revision(src, root)
     return {"name": model.name, "description": model.description, "license": model.license,
             "source_kind": src.kind, "repo": repo, "revision": rev,
             "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
@@ -404,7 +417,7 @@ class _Archives:
                      "htp_arch": soc.arch, "vtcm_mb": soc.vtcm_mb, "aliases": soc.aliases},
             "sdk": {"route": first.backend, "qnn_version": sdk, "tool": self.report.sdk_version,
                     "sdk_sha256": first.sdk_sha256, "image": first.image},
-            "model": _source_info(model, preps), "graphs": graphs,
+            "model": _source_info(model, preps, self.loaded.root), "graphs": graphs,
             "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
                              "calibration_sha256": first.calibration_sha256, "weight_scales": first.weight_scales},
             "numbers": numbers, "runtime_libs": self.libs_name,

@@ -150,7 +150,9 @@ def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:
 
 
 def _slug(*parts: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(parts))
+    """An anchor id: matrix names keep every character they may have (letters, digits, '.', '_', '-'), so two
+    names never share one."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts))
 
 
 def _verification(metas: list[Metadata]) -> dict[str, list[str]]:

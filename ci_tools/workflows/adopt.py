@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from ..errors import UsageError
-from ..paths import MATRIX_DATA, REPO_ROOT
+from ..paths import CHECKOUT, MATRIX_DATA, REPO_ROOT
 from ..util.files import write_atomic
 from ..util.git import git_out
 
@@ -27,7 +27,7 @@ def own_pin() -> tuple[str, str, str | None]:
     def git(*argv: str) -> str:
         return (git_out(REPO_ROOT, *argv) or "").strip()
 
-    url, ref = git("remote", "get-url", "origin"), git("rev-parse", "HEAD")
+    url, ref = (git("remote", "get-url", "origin"), git("rev-parse", "HEAD")) if CHECKOUT else ("", "")
     found = re.search(r"github\.com[:/]([\w.-]+/[\w.-]+?)(\.git)?/?$", url)
     if not found or not re.fullmatch(r"[0-9a-f]{40}", ref):
         raise UsageError("--tool: this qnn-release is not a checkout of a GitHub repository, so there is nothing to "

@@ -97,30 +97,48 @@ public final class QnnModelInstaller {
         }
     }
 
-    /** Downloads, checks and unpacks the choice's archive (and its qnn-libs) into {@code dest}. */
+    /**
+     * Downloads, checks and unpacks the choice's archive (and its qnn-libs) into {@code dest}: both are unpacked and
+     * checked before either is moved in, so a failure leaves {@code dest} as it was.
+     */
     public static Installed install(QnnModelResolver.Choice c, File dest, Decompressor bz2) throws IOException {
         if (!c.found()) {
-            throw new InstallException(QnnModelResolver.EXIT_NO_BUILD, c.reason);
+            throw new InstallException(c.runtimeTooOld ? QnnModelResolver.EXIT_RUNTIME_TOO_OLD
+                    : QnnModelResolver.EXIT_NO_BUILD, c.reason);
         }
         if (c.url == null) {
             throw new InstallException(QnnModelResolver.EXIT_USAGE, "the choice has no URL: resolve it with a base URL "
                     + "(QnnModelResolver.downloadBase)");
         }
-        if (!dest.isDirectory() && !dest.mkdirs()) {
+        boolean made = !dest.isDirectory();
+        if (made && !dest.mkdirs()) {
             throw new InstallException(QnnModelResolver.EXIT_USAGE, dest + ": cannot create the folder");
         }
-        File model = installOne(c.asset, c.url, c.sha256, c.size, c.pieces, dest, bz2);
-        File libs = null;
-        if (c.qnnLibs != null && c.qnnLibsUrl != null) {
-            libs = installOne(c.qnnLibs, c.qnnLibsUrl, c.qnnLibsSha256, c.qnnLibsSize, c.qnnLibsPieces, dest, bz2);
+        File work = new File(dest, ".qnn-unpack-" + UUID.randomUUID());
+        try {
+            if (!work.mkdir()) {
+                throw new InstallException(QnnModelResolver.EXIT_USAGE, dest + ": cannot write there");
+            }
+            String model = prepare(c.asset, c.url, c.sha256, c.size, c.pieces, work, bz2);
+            String libs = c.qnnLibs != null && c.qnnLibsUrl != null
+                    ? prepare(c.qnnLibs, c.qnnLibsUrl, c.qnnLibsSha256, c.qnnLibsSize, c.qnnLibsPieces, work, bz2) : null;
+            File m = swapIn(work, model, dest);
+            return new Installed(c.kind, m, libs == null ? null : swapIn(work, libs, dest));
+        } catch (IOException e) {
+            if (made) {
+                delete(work);
+                dest.delete();  // only when empty: nothing of the caller's is ever removed
+            }
+            throw e;
+        } finally {
+            delete(work);
         }
-        return new Installed(c.kind, model, libs);
     }
 
-    private static File installOne(String asset, String url, String sha256, long size,
-                                   List<QnnModelResolver.Piece> pieces, File dest, Decompressor bz2)
-            throws IOException {
-        File archive = new File(dest, ".qnn-download-" + UUID.randomUUID() + ".part");
+    /** The asset downloaded, checked and unpacked into {@code work}; returns its top folder's name. */
+    private static String prepare(String asset, String url, String sha256, long size,
+                                  List<QnnModelResolver.Piece> pieces, File work, Decompressor bz2) throws IOException {
+        File archive = new File(work, ".download-" + UUID.randomUUID() + ".part");
         try {
             if (pieces.isEmpty()) {
                 download(url, sha256, size, archive, asset);
@@ -133,10 +151,27 @@ public final class QnnModelInstaller {
                             + "...; nothing was kept");
                 }
             }
-            return unpack(archive, asset.substring(0, asset.length() - ".tar.bz2".length()), dest, bz2);
+            String top = asset.substring(0, asset.length() - ".tar.bz2".length());
+            unpackInto(archive, asset, top, work, bz2);
+            return top;
         } finally {
             delete(archive);
         }
+    }
+
+    /** {@code work/top} moved to {@code dest/top}, replacing an earlier copy only once the new one is in place. */
+    private static File swapIn(File work, String top, File dest) throws InstallException {
+        File target = new File(dest, top);
+        File old = new File(dest, ".qnn-old-" + UUID.randomUUID());
+        if (target.exists() && !target.renameTo(old)) {
+            throw new InstallException(QnnModelResolver.EXIT_USAGE, target + ": cannot replace the earlier copy");
+        }
+        if (!new File(work, top).renameTo(target)) {
+            old.renameTo(target);
+            throw new InstallException(QnnModelResolver.EXIT_USAGE, target + ": cannot move the new copy in");
+        }
+        delete(old);
+        return target;
     }
 
     private static void join(List<QnnModelResolver.Piece> pieces, File joined, String asset) throws IOException {
@@ -268,26 +303,31 @@ public final class QnnModelInstaller {
             if (!work.mkdir()) {
                 throw new InstallException(QnnModelResolver.EXIT_USAGE, dest + ": cannot write there");
             }
-            InputStream tar = bz2.open(new BufferedInputStream(new FileInputStream(archive)));
-            try {
-                new TarReader(tar, archive.getName().endsWith(".part") ? top + ".tar.bz2" : archive.getName(), top)
-                        .extractInto(work);
-            } finally {
-                tar.close();
-            }
-            File target = new File(dest, top);
-            File old = new File(dest, ".qnn-old-" + UUID.randomUUID());
-            if (target.exists() && !target.renameTo(old)) {
-                throw new InstallException(QnnModelResolver.EXIT_USAGE, target + ": cannot replace the earlier copy");
-            }
-            if (!new File(work, top).renameTo(target)) {
-                old.renameTo(target);
-                throw new InstallException(QnnModelResolver.EXIT_USAGE, target + ": cannot move the new copy in");
-            }
-            delete(old);
-            return target;
+            unpackInto(archive, top + ".tar.bz2", top, work, bz2);
+            return swapIn(work, top, dest);
         } finally {
             delete(work);
+        }
+    }
+
+    private static void unpackInto(File archive, String name, String top, File work, Decompressor bz2)
+            throws IOException {
+        InputStream tar = null;
+        try {
+            tar = bz2.open(new BufferedInputStream(new FileInputStream(archive)));
+            new TarReader(tar, name, top).extractInto(work);
+        } catch (InstallException e) {
+            if (e.exitCode == EXIT_REFUSED && !e.getMessage().startsWith(name)) {  // the decompressor's refusal
+                throw new InstallException(EXIT_REFUSED, name + ": refused: " + e.getMessage());
+            }
+            throw e;
+        } catch (IOException e) {  // a corrupt stream: refused, as the other clients refuse it
+            throw new InstallException(EXIT_REFUSED, name + ": refused: not a readable tar.bz2 archive ("
+                    + oneLine(e) + ")");
+        } finally {
+            if (tar != null) {
+                tar.close();
+            }
         }
     }
 
@@ -300,6 +340,7 @@ public final class QnnModelInstaller {
         private final byte[] block = new byte[512];
         private long expanded;
         private int members;
+        private int headers;
 
         TarReader(InputStream in, String archive, String top) {
             this.in = in;
@@ -339,25 +380,28 @@ public final class QnnModelInstaller {
                 }
                 checkChecksum();
                 char type = (char) (block[156] == 0 ? '0' : block[156]);
+                long own = octal(124, 12);
+                if (type == 'x' || type == 'g') {  // an extended header's own size, never a pax override
+                    if (++headers > MAX_MEMBERS) {
+                        throw refuse("more than " + MAX_MEMBERS + " extended headers");
+                    }
+                    String[] pax = pax(own);
+                    if (type == 'x') {
+                        paxPath = pax[0];
+                        paxSize = pax[1] == null ? -1 : parseSize(pax[1]);
+                    }
+                    continue;
+                }
                 String name = paxPath != null ? paxPath : headerName();
-                long size = paxSize >= 0 ? paxSize : octal(124, 12);
+                long size = paxSize >= 0 ? paxSize : own;
                 paxPath = null;
                 paxSize = -1;
-                if (type == 'x') {
-                    String[] pax = pax(size);
-                    paxPath = pax[0];
-                    paxSize = pax[1] == null ? -1 : parseSize(pax[1]);
-                    continue;
-                }
-                if (type == 'g') {
-                    skip(size);
-                    continue;
-                }
                 File out = checked(root, name, type, size);
                 if (type == '5') {
                     if (!out.isDirectory() && !out.mkdirs()) {
                         throw refuse("member '" + name + "' replaces a file, or is under one");
                     }
+                    skip(size + (512 - size % 512) % 512);  // a folder's data, if any: never read as a header
                     continue;
                 }
                 File parent = out.getParentFile();
@@ -485,7 +529,9 @@ public final class QnnModelInstaller {
                     sp++;
                 }
                 String len = new String(data, i, sp - i, UTF8);
-                if (!len.matches("[0-9]{1,7}") || i + Integer.parseInt(len) > data.length) {
+                // "LEN KEY=VALUE\n": at least its own digits, the space, one key character, '=' and '\n'
+                if (!len.matches("[0-9]{1,7}") || Integer.parseInt(len) < sp - i + 4
+                        || i + Integer.parseInt(len) > data.length || data[i + Integer.parseInt(len) - 1] != '\n') {
                     throw refuse("a malformed pax record");
                 }
                 int end = i + Integer.parseInt(len);
@@ -530,7 +576,7 @@ public final class QnnModelInstaller {
     private static final java.nio.charset.Charset UTF8 = java.nio.charset.Charset.forName("UTF-8");
 
     private static void delete(File f) {
-        File[] children = f.isDirectory() ? f.listFiles() : null;
+        File[] children = f.isDirectory() && !isLink(f) ? f.listFiles() : null;
         if (children != null) {
             for (File c : children) {
                 delete(c);
@@ -538,6 +584,17 @@ public final class QnnModelInstaller {
         }
         if (f.exists() && !f.delete()) {
             f.deleteOnExit();
+        }
+    }
+
+    /** Whether {@code f} is a symbolic link (Java 8 / API 24: no java.nio.file): never followed when deleting. */
+    private static boolean isLink(File f) {
+        try {
+            File parent = f.getAbsoluteFile().getParentFile();
+            File plain = new File(parent == null ? f : new File(parent.getCanonicalFile(), f.getName()), "");
+            return !plain.getAbsolutePath().equals(f.getCanonicalFile().getAbsolutePath());
+        } catch (IOException e) {
+            return true;  // unknown: not followed
         }
     }
 
@@ -613,7 +670,7 @@ public final class QnnModelInstaller {
     private static final Pattern BASE = Pattern.compile("^(https?://.+)/([A-Za-z0-9._-]+/[A-Za-z0-9._-]+)"
             + "/releases/download/([^/]+)/$");
     private static final Pattern TAG_NAME = Pattern.compile("\"tag_name\"[ \\t\\r\\n]*:[ \\t\\r\\n]*\"([A-Za-z0-9._+-]*)\"");
-    private static final Pattern VERSION_TAG = Pattern.compile("v?[0-9]+(\\.[0-9]+)*");
+    private static final Pattern VERSION_TAG = Pattern.compile("v?[0-9]{1,9}(\\.[0-9]{1,9})*");
 
     /** An earlier release that has a binary the app's runtime loads: its tag and the choice in it. */
     public static final class Earlier {
@@ -624,6 +681,61 @@ public final class QnnModelInstaller {
             this.tag = tag;
             this.choice = choice;
         }
+    }
+
+    /**
+     * The tag names of the repository's published releases in GitHub's order (newest first; at most 1,000, pages of
+     * 100), read as the body streams: only plain URL-safe JSON strings, never a linked part, never {@code mine}.
+     * Memory stays bounded whatever a page weighs (a catalogue release lists up to 1,000 assets).
+     */
+    static List<String> releaseTags(String url, String mine) throws IOException {
+        List<String> tags = new ArrayList<String>();
+        for (int page = 1; page <= 10; page++) {
+            HttpURLConnection conn;
+            int found = 0;
+            try {
+                conn = (HttpURLConnection) new URL(url + "?per_page=100&page=" + page).openConnection();
+                conn.setConnectTimeout(30000);
+                conn.setReadTimeout(60000);
+                int status = conn.getResponseCode();
+                if (status != 200) {
+                    throw new InstallException(status == 404 ? EXIT_NOT_FOUND : EXIT_DOWNLOAD, url + " answered HTTP "
+                            + status + (status == 404 ? ": no such repository, or it is private" : ""));
+                }
+                java.io.Reader in = new java.io.InputStreamReader(conn.getInputStream(), UTF8);
+                try {
+                    StringBuilder window = new StringBuilder();
+                    char[] buf = new char[1 << 16];
+                    int n;
+                    while ((n = in.read(buf)) > 0) {
+                        window.append(buf, 0, n);
+                        Matcher t = TAG_NAME.matcher(window);
+                        int done = Math.max(0, window.length() - 512);  // a match may straddle two reads
+                        while (t.find()) {
+                            found++;
+                            String name = t.group(1);
+                            if (!name.isEmpty() && !name.startsWith(".") && !name.equals(mine)
+                                    && !name.matches(".*-part[0-9]+") && !tags.contains(name)) {
+                                tags.add(name);
+                            }
+                            done = t.end();
+                        }
+                        window.delete(0, done);
+                    }
+                } finally {
+                    in.close();
+                    conn.disconnect();
+                }
+            } catch (InstallException e) {
+                throw e;
+            } catch (IOException e) {
+                throw new InstallException(EXIT_DOWNLOAD, url + ": could not list the releases (" + oneLine(e) + ")");
+            }
+            if (found == 0) {
+                break;
+            }
+        }
+        return tags;
     }
 
     /**
@@ -643,42 +755,26 @@ public final class QnnModelInstaller {
         String host = m.group(1);
         String repo = m.group(2);
         final String mine = m.group(3);
-        List<String> tags = new ArrayList<String>();
+        List<String> tags = releaseTags(apiBase.replaceAll("/+$", "") + "/repos/" + repo + "/releases", mine);
         boolean versions = VERSION_TAG.matcher(mine).matches();
-        for (int page = 1; page <= 10; page++) {
-            String text = httpText(apiBase.replaceAll("/+$", "") + "/repos/" + repo + "/releases?per_page=100&page="
-                    + page, 32L << 20, "the releases of " + repo);
-            Matcher t = TAG_NAME.matcher(text);
-            boolean any = false;
-            while (t.find()) {
-                any = true;
-                String name = t.group(1);
-                if (name.isEmpty() || name.startsWith(".") || name.equals(mine) || name.matches(".*-part[0-9]+")
-                        || tags.contains(name)) {
-                    continue;
-                }
-                tags.add(name);
-                versions &= VERSION_TAG.matcher(name).matches();
-            }
-            if (!any) {
-                break;
+        List<String> older = new ArrayList<String>();
+        for (String t : tags) {  // a version-shaped tag newer than the one asked for is never a candidate
+            boolean version = VERSION_TAG.matcher(t).matches();
+            versions &= version;
+            if (!version || !VERSION_TAG.matcher(mine).matches()
+                    || QnnModelResolver.compareVersions(t.replaceFirst("^v", ""), mine.replaceFirst("^v", "")) <= 0) {
+                older.add(t);
             }
         }
-        if (versions) {
-            List<String> older = new ArrayList<String>();
-            for (String t : tags) {
-                if (QnnModelResolver.compareVersions(t.replaceFirst("^v", ""), mine.replaceFirst("^v", "")) <= 0) {
-                    older.add(t);
-                }
-            }
+        if (versions) {  // every tag a version: newest first by version, else GitHub's order (newest first)
             Collections.sort(older, new Comparator<String>() {
                 @Override
                 public int compare(String a, String b) {
                     return QnnModelResolver.compareVersions(b.replaceFirst("^v", ""), a.replaceFirst("^v", ""));
                 }
             });
-            tags = older;
         }
+        tags = older;
         for (String t : tags) {
             String base = host + "/" + repo + "/releases/download/" + t + "/";
             QnnModelResolver.Choice c;
