@@ -92,15 +92,3 @@ def sdk_line_python(version: str) -> Path:
             (folder / ".complete").write_text(version)
     return python
 
-
-# The longest modules first (each a few minutes on 2 cores: a voice, Whisper, 53 hostile manifests x 5 clients, a
-# catalogue of 1,100 archives, the demo): with -n 2 they start at once and the short tests fill in around them,
-# instead of one starting last and running alone at the end. Modules stay whole (their fixtures are built once).
-FIRST = ("test_piper.py", "test_whisper.py", "test_contract.py", "test_catalogue_release.py", "test_demo.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(FIRST)}
-    first = Path(__file__).parent  # the end-to-end tier's own modules (tests/unit has names of its own)
-    items[:] = sorted(items, key=lambda item: rank.get(item.path.name, len(FIRST)) if item.path.parent == first
-                      else len(FIRST))  # stable

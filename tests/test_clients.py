@@ -75,7 +75,8 @@ def _compile_java(src: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     # Java 8 language level and API: what Android API 24 accepts
     r = subprocess.run([javac, "--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror", "-d", str(out), str(src),
-                        str(REPO / INSTALLER), str(REPO / "tests" / "java" / "ResolverHarness.java")],
+                        str(REPO / INSTALLER), str(REPO / "tests" / "java" / "ResolverHarness.java"),
+                        str(REPO / "tests" / "java" / "ManifestHarness.java")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     return out
