@@ -64,3 +64,32 @@ def test_pin_fills_every_missing_or_stale_pin_in_one_go_keeping_comments(tmp_pat
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
     assert len(changed) == 2 and len(after.splitlines()) == len(before.splitlines())  # nothing else moved
     assert run_cli("pin", "--matrix", str(matrix), "--check", *env_cache).returncode == 0
+
+
+def test_a_build_says_every_unpinned_or_changed_sample_at_once(tmp_path):
+    """#46 item 4, without `pin`: a new set of samples is one failed fetch naming every file, a placeholder sha256
+    as "not pinned yet" (not "changed upstream"), a changed one as a mismatch; one file alone says just that."""
+    import pytest
+
+    from ci_tools.errors import SourceError
+    from ci_tools.matrix.schema import load_matrix
+    from ci_tools.sources.store import SourceStore
+
+    repo = tmp_path / "r"
+    for name, data in (("models/m.onnx", b"model"), ("data/a.npz", b"a"), ("data/b.npz", b"b")):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(data)
+    (repo / "matrix").mkdir()
+    matrix = repo / "matrix" / "models.yaml"
+    matrix.write_text(MATRIX % (hashlib.sha256(b"model").hexdigest(), hashlib.sha256(b"old b").hexdigest()))
+    model = load_matrix(matrix).matrix.model("m")
+    store = SourceStore(tmp_path / "cache", repo)
+    with pytest.raises(SourceError) as e:
+        store.fetch_source(model, model.samples.source)
+    text = e.value.message
+    assert text.startswith("m: 2 file(s) not pinned yet or changed: ") and "qnn-release pin" in (e.value.hint or "")
+    assert "data/a.npz: not pinned yet" in text and "data/b.npz: sha256" in text and "does not match the pin" in text
+    (repo / "data" / "b.npz").write_bytes(b"old b")  # now only the placeholder is left: said alone
+    with pytest.raises(SourceError) as e:
+        store.fetch_source(model, model.samples.source)
+    assert "data/a.npz: not pinned yet" in e.value.message and "file(s)" not in e.value.message

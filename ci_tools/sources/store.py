@@ -38,6 +38,26 @@ def default_cache() -> Path:
     return Path(os.environ.get("QNN_RELEASE_CACHE") or Path.home() / ".cache" / "qnn-release")
 
 
+def _every(model: Model, fetches: list) -> dict:
+    """Each (name, fetch) fetched; every file whose pin is missing or stale is said at once (a new set of samples
+    is one build, not one build per file), anything else as it comes."""
+    got, wrong = {}, []
+    for name, fetch in fetches:
+        try:
+            got[name] = fetch()
+        except SourceError as e:
+            if "not pinned yet" not in e.message and "does not match the pin" not in e.message:
+                raise
+            wrong.append(e)
+    if len(wrong) == 1:
+        raise wrong[0]
+    if wrong:
+        raise SourceError(f"{model.name}: {len(wrong)} file(s) not pinned yet or changed: "
+                          + " | ".join(e.message for e in wrong),
+                          hint="`qnn-release pin` records every missing or changed pin at once")
+    return got
+
+
 class SourceStore:
     def __init__(self, cache: Path, repo_root: Path):
         self.cache = Path(cache)
@@ -88,6 +108,9 @@ class SourceStore:
         """Copy ``path`` into the store if its digest is ``sha``; atomically, so a blob is always whole."""
         got = sha256_file(path)
         if got != sha and not self.pinning:
+            if re.fullmatch(r"0{64}", sha or ""):  # 000...0: a placeholder for a file added, never a change
+                raise SourceError(f"{what}: not pinned yet (its sha256 is a placeholder; the file's is {got})",
+                                  hint="`qnn-release pin` records every missing or changed pin at once")
             raise SourceError(f"{what}: sha256 {got} does not match the pin {sha}",
                               hint="the file changed upstream or the download is corrupt; check the pin "
                                    "(`qnn-release pin` records every missing or changed one at once)")
@@ -108,14 +131,10 @@ class SourceStore:
         recipe's)."""
         if isinstance(src, PartsSource):
             return self._fetch_parts(model, src)
-        if isinstance(src, PipSource):
-            return {name: self._get(sha, _name_key(src, name),
-                                    lambda name=name, sha=sha: self._fetch_pip(src, name, sha))
-                    for name, sha in src.files.items()}
-        if isinstance(src, HfSource):
-            return {name: self._get(sha, _name_key(src, name),
-                                    lambda name=name, sha=sha: self._fetch_hf(src, name, sha))
-                    for name, sha in src.files.items()}
+        if isinstance(src, PipSource | HfSource):
+            fetch = self._fetch_pip if isinstance(src, PipSource) else self._fetch_hf
+            return _every(model, [(name, lambda name=name, sha=sha: self._get(
+                sha, _name_key(src, name), lambda: fetch(src, name, sha))) for name, sha in src.files.items()])
         if isinstance(src, UrlSource):
             name = src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
             return {name: self._get(src.sha256, _name_key(src, name), lambda: self._fetch_url(src))}
@@ -160,14 +179,15 @@ class SourceStore:
         """Files of several pinned sources; ``join`` files are their parts concatenated, pinned as a whole."""
         joined = {name: self._cached(j.sha256, _join_key(src, name)) for name, j in src.join.items()}
         unpacked = {name: self._cached(u.sha256, _unpack_key(src, name)) for name, u in src.unpack.items()}
-        files: dict[str, Path] = {}
-        for sub in src.sources:
+        needed = []
+        for i, sub in enumerate(src.sources):
             # a part whose joined file, or an archive whose members, are already in the store need not be fetched
             names = [n for n in _names(sub) if not any(n in j.parts and joined[t] for t, j in src.join.items())
                      and not (any(u.archive == n for u in src.unpack.values())
                               and all(unpacked[t] for t, u in src.unpack.items() if u.archive == n))]
             if names:
-                files.update(self.fetch_source(model, sub))
+                needed.append((f"sources[{i}]", lambda sub=sub: self.fetch_source(model, sub)))
+        files: dict[str, Path] = {k: v for got in _every(model, needed).values() for k, v in got.items()}
         for name, j in src.join.items():
             if joined[name] is None and (name in src.file_names() or not all(
                     unpacked[t] for t, u in src.unpack.items() if u.archive == name)):
