@@ -23,7 +23,7 @@ from ..matrix.schema import Options
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
 from ..util.files import replace_dir, write_json
-from ..util.text import clip
+from ..util.text import clip, step_done
 from .records import CACHED, FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
 FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
@@ -344,6 +344,9 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     return v, emu_seconds * len(feeds)
 
 
+STREAM_QUIET_SECONDS = 10  # a stream check shorter than this prints nothing of its own
+
+
 def _run_streams(backend, job, result, ss, cpu_fed: list[list[dict]], names: list[str]
                  ) -> tuple[list[list[list[np.ndarray]]], dict[str, int]]:
     """Every stream on the emulator, carrying its own state through the route's ``carried_steps``; the steps
@@ -354,12 +357,15 @@ def _run_streams(backend, job, result, ss, cpu_fed: list[list[dict]], names: lis
     limit = backend.carried_steps
     carried: dict[str, int] = {}
     compiled: list[list[list[np.ndarray]]] = []
+    started = time.monotonic()
     with backend.stepper(job, result) as step:
-        for sname, steps in ss.streams:
+        for k, (sname, steps) in enumerate(ss.streams, 1):
             n = len(steps) if limit is None else min(limit, len(steps))
             compiled.append(run_stream(step, steps[:n], ss.stream.carry, names)[1])
             if n < len(steps):
                 carried[sname] = n
+            if time.monotonic() - started > STREAM_QUIET_SECONDS:  # a long check says each stream, and what is left
+                step_done(job.target_id, "stream", k, len(ss.streams), started)
     rest = [(i, fed[len(c):]) for i, (c, fed) in enumerate(zip(compiled, cpu_fed)) if len(c) < len(fed)]
     if rest:
         ran = backend.run(job, result, [f for _, feeds in rest for f in feeds])
