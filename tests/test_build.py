@@ -122,7 +122,7 @@ def test_dynamic_dimension_refused_naming_the_input(repo, tmp_path):
 def test_source_checksum_mismatch_fails_that_model(repo, tmp_path):
     onnx_file = models.mlp(repo / "models" / "m.onnx", dynamic_batch=False)
     model = path_model(repo, "m", onnx_file, chips=["SM8750"])
-    model["source"]["sha256"] = "0" * 64
+    model["source"]["sha256"] = "1" * 64  # a pin that is not the file (all zeros would be "not pinned yet")
     matrix = write_matrix(repo, [model])
     out = tmp_path / "dist"
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=_env(tmp_path / "c"))

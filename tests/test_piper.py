@@ -51,6 +51,7 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
     env = {**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "piper-joe-medium SM8750 fp16: sentence 1/1 done (" in r.stderr  # #46 item 3: each sentence said
     targets = {t["graph"]: t for t in json.loads((out / "build-report.json").read_text())["targets"]}
     assert set(targets) == {"encoder", "decoder"}
     for t in targets.values():

@@ -145,6 +145,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     out, env = tmp_path / "dist", {**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")}
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out), "-j", "2", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"\S+ SM\d+ \w+: clip window 1/\d+ done \(", r.stderr), r.stderr  # #46 item 3: each window said
     report = json.loads((out / "build-report.json").read_text())
     by_id = {t["id"]: t for t in report["targets"]}
     assert len(by_id) == 4
