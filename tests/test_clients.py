@@ -329,12 +329,7 @@ def test_the_java_installer_installs_what_fetch_installs(gh, tmp_path, java_clas
 
 @pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink", "outside-top", "fifo"])
 def test_the_java_installer_refuses_malicious_archives_leaving_dest_as_it_was(gh, tmp_path, java_classes, kind):
-    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")])
-    manifest = json.loads((folder / "manifest.json").read_text())
-    model = next(a for a in manifest["assets"] if a["kind"] == "model")
-    _evil(folder / model["name"], model["name"].removesuffix(".tar.bz2"), kind)
-    _finish(folder, manifest["assets"])
-    _publish(gh, folder)
+    folder = _publish_evil(gh, tmp_path, kind)
     dest = tmp_path / "outer" / "dest"
     dest.mkdir(parents=True)
     (dest / "mine.txt").write_text("app data")
@@ -432,16 +427,22 @@ def _evil(path: Path, stem: str, kind: str) -> None:
             add(f"{stem}/fifo", b"", type=tarfile.FIFOTYPE)
 
 
-@pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink", "outside-top", "fifo"])
-@pytest.mark.parametrize("sh", ["dash", "busybox"])
-def test_sh_refuses_malicious_archives_leaving_nothing_behind(gh, tmp_path, sh, kind):
-    _need(sh, None)
-    folder = _release(tmp_path / "rel", rows=[("vad", "SM8750", "fp16")])
+def _publish_evil(gh, tmp: Path, kind: str) -> Path:
+    """A one-archive release whose model archive is malicious in the way ``kind`` says, published; its folder."""
+    folder = _release(tmp / "rel", rows=[("vad", "SM8750", "fp16")])
     manifest = json.loads((folder / "manifest.json").read_text())
     model = next(a for a in manifest["assets"] if a["kind"] == "model")
     _evil(folder / model["name"], model["name"].removesuffix(".tar.bz2"), kind)
     _finish(folder, manifest["assets"])
     _publish(gh, folder)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["traversal", "absolute", "symlink", "hardlink", "outside-top", "fifo"])
+@pytest.mark.parametrize("sh", ["dash", "busybox"])
+def test_sh_refuses_malicious_archives_leaving_nothing_behind(gh, tmp_path, sh, kind):
+    _need(sh, None)
+    _publish_evil(gh, tmp_path, kind)
     outer = tmp_path / "outer"
     outer.mkdir()
     (outer / "outside.txt").write_text("keep me")

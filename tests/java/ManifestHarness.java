@@ -1,9 +1,6 @@
 package qnnrelease;
 
 import java.io.BufferedReader;
-import java.io.ByteArrayOutputStream;
-import java.io.FileInputStream;
-import java.io.InputStream;
 import java.io.InputStreamReader;
 
 /**
@@ -20,19 +17,7 @@ public final class ManifestHarness {
         StringBuilder out = new StringBuilder();
         String path;
         while ((path = in.readLine()) != null) {
-            String text;
-            InputStream f = new FileInputStream(path);
-            try {
-                ByteArrayOutputStream b = new ByteArrayOutputStream();
-                byte[] buf = new byte[65536];
-                int n;
-                while ((n = f.read(buf)) > 0) {
-                    b.write(buf, 0, n);
-                }
-                text = new String(b.toByteArray(), "UTF-8");
-            } finally {
-                f.close();
-            }
+            String text = QnnModelResolver.read(path);
             try {
                 QnnModelResolver.resolve(text, "vad", "SM8750", null, args[0]);
                 out.append("0\t\n");

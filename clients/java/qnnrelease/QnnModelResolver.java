@@ -1149,7 +1149,8 @@ public final class QnnModelResolver {
         }
     }
 
-    private static String read(String path) throws IOException {
+    /** A file's text as UTF-8 (the test harnesses read manifests with it too). */
+    static String read(String path) throws IOException {
         InputStream in = new FileInputStream(path);
         try {
             ByteArrayOutputStream out = new ByteArrayOutputStream();
