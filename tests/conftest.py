@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import subprocess
 import sys
@@ -36,6 +37,19 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     """Run the real console entry point in a child process, as a user would."""
     return subprocess.run([sys.executable, "-m", "ci_tools", *args], capture_output=True, text=True,
                           cwd=cwd or REPO, env=env, timeout=900)
+
+
+def readme_commands(readme: Path, cwd: Path) -> list[subprocess.CompletedProcess]:
+    """Every ``python ...`` line of a README's ```sh blocks run as written (bash, in ``cwd``), as a new user pastes
+    them: only the archive, no qnn-release on the path (``-I`` is not theirs to add: PYTHONPATH is dropped)."""
+    import re
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    lines = [ln.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", readme.read_text(), re.S)
+             for ln in block.splitlines() if ln.startswith("python ")]
+    assert lines, f"{readme}: no python command in a sh block"
+    return [subprocess.run(["bash", "-c", ln.replace("python ", f"{sys.executable} -I ", 1)], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=900) for ln in lines]
 
 
 SDK_SECTION = {

@@ -14,7 +14,7 @@ import wave
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, readme_commands, run_cli
 
 pytest.importorskip("onnxruntime_qnn")
 pytest.importorskip("piper_phonemize")
@@ -103,6 +103,23 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
     run = subprocess.run([sys.executable, "-I", "speak.py", "", "-o", "no.wav"], cwd=top, env=env_clean,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 2 and "the text is empty" in run.stderr and not (top / "no.wav").exists()
+
+    # #41: the twin, for a chip without a binary: the float graphs with speak.py, its README's commands run as
+    # written, on CPU (CPU's sample audio, sample for sample) and compiled for the HTP when loaded (the emulator)
+    twin = tmp_path / "twin"
+    with tarfile.open(out / "release" / "piper-joe-medium-float-onnx.tar.bz2") as tar:
+        tar.extractall(twin, filter="data")
+    (top,) = twin.iterdir()
+    values = json.loads((top / "twin.json").read_text())
+    measured = values["graphs"][1]["on_device_compile"]
+    assert values["recipe"] == "speech" and measured["verified"] is True and measured["first_load_seconds"] > 0
+    assert 20 <= values["check"]["worst_window_snr_db"] and values["check"]["sentence"] == SENTENCES[0]
+    runs = readme_commands(top / "README.md", top)
+    assert len(runs) == 2 and all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert "on cpu" in runs[0].stderr and "on jit" in runs[1].stderr
+    assert (top / "cpu.wav").read_bytes() == (top / "sample" / "sentence.wav").read_bytes()
+    assert _wav(top / "htp.wav") == _wav(top / "cpu.wav")
+    print((top / "README.md").read_text())
 
     # on a real device (the stand-in AI Hub, its phone running each binary): both graphs measured on the
     # sentences' inputs, and the voice's figures from them: real-time factor and time to the first audio

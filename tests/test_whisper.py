@@ -26,7 +26,7 @@ from ci_tools.matrix.schema import load_matrix
 from ci_tools.recipes.whisper import check, export, runtime
 from ci_tools.recipes.whisper.package import _wav_bytes
 from tests import whisper_tiny as wt
-from tests.conftest import REPO, SDK_SECTION, run_cli
+from tests.conftest import REPO, SDK_SECTION, readme_commands, run_cli
 
 CLIPS = REPO / "clips" / "whisper"
 
@@ -211,6 +211,33 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert len(cuts) == 2 and [ln.split("]")[0] for ln in lines] == \
         [f"[{a / runtime.SAMPLE_RATE:.2f} -> {b / runtime.SAMPLE_RATE:.2f}" for a, b in cuts]
     assert "2 window(s)" in run.stderr
+
+    # #41: the twin, for a chip without a binary: the float graphs with transcribe.py, its README's commands run as
+    # written, on CPU and compiled for the HTP when loaded (the emulator), each saying what CPU said
+    twin = tmp_path / "twin"
+    with tarfile.open(out / "release" / "tiny-whisper-float-onnx.tar.bz2") as tar:
+        tar.extractall(twin, filter="data")
+    (top,) = twin.iterdir()
+    values = json.loads((top / "twin.json").read_text())
+    assert values["recipe"] == "transcript" and [g["file"] for g in values["graphs"]] == ["encoder.onnx",
+                                                                                          "decoder.onnx"]
+    measured = values["graphs"][0]["on_device_compile"]
+    assert measured["verified"] is True and measured["first_load_seconds"] > 0 and measured["soc"] == "SM8750"
+    assert values["check"]["cpu"] == values["check"]["htp"], values["check"]
+    assert "chip" not in json.loads((top / "whisper.json").read_text())  # the twin is for any chip
+    expected = (top / "sample" / "compile.txt").read_text().strip()
+    assert expected == values["check"]["cpu"]
+    runs = readme_commands(top / "README.md", top)
+    assert len(runs) == 2 and all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert [r.stdout.split("\n", 1)[0].split(": ", 1)[1] for r in runs] == [expected, expected]
+    manifest = json.loads((out / "release" / "manifest.json").read_text())
+    asset = next(a for a in manifest["assets"] if a["name"] == "tiny-whisper-float-onnx.tar.bz2")
+    assert asset["kind"] == "twin" and asset["graphs"] == ["encoder", "decoder"], asset
+    assert asset["on_device_compile"][0]["verified"] is True
+    # --jit without the chip: one line saying what it needs
+    r = subprocess.run([sys.executable, "-I", "transcribe.py", "--jit", "sample/compile.wav"], cwd=top,
+                       env=env_clean, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "--soc-model" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
     # on a real device (the stand-in AI Hub, its phone running each binary): both graphs measured on the
     # recordings' inputs, and the speech figures from them: real-time factor and time to the first token

@@ -69,6 +69,32 @@ class ArchiveExtras:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TwinPart:
+    """What a recipe's twin (``release/twin.py``) is made of: the model's float graphs, the ones its fp16 binaries
+    were compiled from."""
+
+    loaded: LoadedMatrix
+    report: BuildReport
+    model: Model
+    graphs: dict[str, Path]  # graph -> its prepared float graph
+    cache: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class TwinExtras:
+    """A recipe's twin: its runtime run on the float graphs, on CPU or compiled for the HTP when loaded (``jit``)."""
+
+    members: list[Member]  # relative to the twin's folder: the runtime, its configuration, the sample's input
+    graph_files: dict[str, str]  # graph -> the file the runtime reads it from ("encoder.onnx")
+    # ``python -m <check[0]> FOLDER SOC_MODEL HTP_ARCH OUT <check[1:]>``: the twin run both ways in a process of its
+    # own; prints one JSON line (``release/twin.py`` ``recipe_twin_archive``), writes the sample's CPU answer to OUT
+    check: list[str]
+    readme: str  # the twin README's template
+    note: str  # what the twin is run on before release, in words
+    context: dict[str, Any] = field(default_factory=dict)  # what the template needs beside the model and twin.json
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeviceFeeds:
     names: list[str]
     feeds: list[dict[str, np.ndarray]]
@@ -111,6 +137,10 @@ class Recipe(Protocol):
 
     def archive_extras(self, part: ArchivePart) -> ArchiveExtras:
         return ArchiveExtras()
+
+    def twin(self, part: TwinPart) -> TwinExtras | None:
+        """The model's twin: what the recipe's runtime needs beside the float graphs (None: the model has none)."""
+        return None
 
     def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
                      ) -> DeviceFeeds | None:

@@ -24,7 +24,7 @@ from ..errors import PackageError, VerifyError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from ..prepare.graph import Prepared
 from ..prepare.quantize import BITS
-from ..recipes import ArchiveExtras, ArchivePart, recipe_for
+from ..recipes import ArchiveExtras, ArchivePart, TwinPart, recipe_for
 from ..sources.store import sha256_file
 from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
@@ -152,8 +152,8 @@ TWIN_STREAM_STEPS = 32  # a stateful twin is judged on each stream's first steps
 
 
 def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[TwinAsset]:
-    """Each model's twin (``release/twin.py``), measured through on-device compile for its most capable chip. A
-    recipe's model ships its own runtime of several graphs: it has none."""
+    """Each model's twin (``release/twin.py``), measured through on-device compile for its most capable chip; a
+    recipe's model's holds its runtime too (``Recipe.twin``)."""
     from ..builder.inputs import samples_of
     from ..prepare.graph import complete_feed
     from ..sources.store import SourceStore, default_cache
@@ -176,22 +176,44 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
     out = []
     for name in sorted({k[0] for k in complete}):
         model = job.loaded.matrix.model(name)
-        if recipe_for(model) is not None or any((name, g.name) not in job.prepared for g in model.graphs):
+        if any((name, g.name) not in job.prepared for g in model.graphs):
             continue
         socs = [job.loaded.catalog.get(k[1]) for k in complete if k[0] == name]
         soc = max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
         meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
         preps = [job.prepared[(name, g.name)] for g in model.graphs]
+        if recipe_for(model) is not None:
+            out += _recipe_twin(job, model, preps, soc, _licence(job.loaded, model, meta))
+            continue
         for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
             archive, values = twin_archive(job.tmp, model, preps, soc, _licence(job.loaded, model, meta),
                                            lambda p, m=model: real(m, p), quantized)
-            out.append(_asset(TwinAsset, name=archive.name, kind="twin", model=name, precision=values["kind"],
-                              graphs=[g["name"] for g in values["graphs"]],
-                              on_device_compile=[{k: g["on_device_compile"][k] for k in (
-                                  "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
-                                  for g in values["graphs"] if "not_measured" not in g["on_device_compile"]],
-                              size=archive.stat().st_size, sha256=sha256_file(archive)))
+            out.append(_twin_asset(archive, values))
     return out
+
+
+def _twin_asset(archive: Path, values: dict) -> TwinAsset:
+    """A twin's manifest entry, from its twin.json values."""
+    return _asset(TwinAsset, name=archive.name, kind="twin", model=values["model"], precision=values["kind"],
+                  graphs=[g["name"] for g in values["graphs"]],
+                  on_device_compile=[{k: g["on_device_compile"][k] for k in (
+                      "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
+                      for g in values["graphs"] if "not_measured" not in g["on_device_compile"]],
+                  size=archive.stat().st_size, sha256=sha256_file(archive))
+
+
+def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licence: bytes) -> list[TwinAsset]:
+    """A recipe's model's float twin: its runtime beside the float graphs (``Recipe.twin``); none where the recipe
+    has no twin."""
+    from ..sources.store import default_cache
+    from .twin import recipe_twin_archive
+
+    graphs = {p.graph: p.path for p in preps}
+    extras = recipe_for(model).twin(TwinPart(loaded=job.loaded, report=job.report, model=model, graphs=graphs,
+                                             cache=default_cache()))
+    if extras is None:
+        return []
+    return [_twin_asset(*recipe_twin_archive(job.tmp, model, extras, graphs, soc, licence))]
 
 
 def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]) -> list[tuple[str, dict]]:

@@ -173,3 +173,93 @@ def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Calla
                 (f"{stem}/README.md", render("twin_readme.md.j2", model=model, twin=values).encode()),
                 (f"{stem}/LICENSE", licence)]
     return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
+
+
+def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, licence: bytes):
+    """``<model>-float-onnx.tar.bz2`` of a recipe's model (``recipes.TwinExtras``): its float graphs where the
+    recipe's runtime reads them, the runtime and its files, the sample with CPU's answer, ``twin.json``, a README,
+    the licence; measured by the recipe's own check through on-device compile for ``soc``. Returns (the archive,
+    twin.json's values)."""
+    from .archive import make_tar_bz2
+    from .templating import render
+
+    stem = twin_stem(model.name)
+    files: list[tuple[str, Path | bytes]] = list(extras.members)
+    for graph, path in graphs.items():
+        files.append((extras.graph_files[graph], path))
+        data = path.with_name(path.name + ".data")  # its weights over 2 GB, by the name the graph gives them
+        if data.is_file():
+            files.append((data.name, data))
+    names = [n for n, _ in files]
+    if len(set(names)) != len(names):
+        raise PackageError(f"{model.name}: the twin would hold two files named "
+                           f"{sorted({n for n in names if names.count(n) > 1})}",
+                           hint="graphs whose weights lie beside them must name their .data files apart")
+    run, answers = _measure_recipe(model.name, files, extras.check, soc)
+    files += answers
+    shared = {k: run[k] for k in ("peak_memory_mb", "memory_before_mb", "verified", "passed_by", "failure")
+              if k in run} | {"soc": soc.name}
+    if "not_measured" not in run:
+        shared |= {"soc_model": soc.soc_model, "htp_arch": soc.htp_arch, "qnn_version": run["qnn_version"],
+                   "samples": 1, "inputs": extras.note,
+                   "measured_on": "this machine's x86-64 HTP emulator, not a device"}
+    else:
+        shared["not_measured"] = run["not_measured"]
+    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": "float", "recipe": model.verify.kind,
+              "what": WHAT["float"] + "; the model's runtime beside them runs them either way",
+              "graphs": [{"name": g, "file": extras.graph_files[g], "sha256": sha256_file(path),
+                          "on_device_compile": {**run.get("graphs", {}).get(g, {}), **shared}}
+                         for g, path in graphs.items()],
+              "check": run.get("numbers")}
+    members = [(f"{stem}/{n}", data) for n, data in files]
+    members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
+                (f"{stem}/README.md", render(extras.readme, model=model, twin=values, **extras.context).encode()),
+                (f"{stem}/LICENSE", licence)]
+    return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
+
+
+def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: list[str], soc
+                    ) -> tuple[dict, list[tuple[str, Path]]]:
+    """The recipe's check of its twin in a process of its own (its JSON line, with the QNN version), and the sample
+    answers it wrote (``sample/<name>``); cached by every file's bytes, the check, the chip and the EP's version."""
+    import os
+    import shutil
+
+    from ..compile import qnn_ep
+    from ..errors import BackendUnavailable
+
+    try:
+        version = qnn_ep.qnn_version()
+    except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
+        return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was "
+                                                   "packaged"}, []
+    h = hashlib.sha256(json.dumps([TWIN_VERSION, check, soc.soc_model, soc.htp_arch, version]).encode())
+    for name, data in sorted(files, key=lambda f: f[0]):
+        h.update(name.encode() + b"\0" + (hashlib.sha256(data).hexdigest() if isinstance(data, bytes)
+                                          else sha256_file(data)).encode())
+    done = default_cache() / "twins" / h.hexdigest()
+    if not (done / "run.json").is_file():
+        with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
+            folder, out = Path(tmp) / "twin", Path(tmp) / "answers"
+            out.mkdir()
+            for name, data in files:
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(data, bytes):
+                    (folder / name).write_bytes(data)
+                else:
+                    os.symlink(Path(data).resolve(), folder / name)
+            r = cmd.run([sys.executable, "-m", check[0], str(folder), str(soc.soc_model), str(soc.htp_arch),
+                         str(out), *check[1:]], capture_output=True, text=True, timeout=3600, cwd=folder)
+            lines = r.stdout.strip().splitlines()
+            if r.returncode != 0 or not lines:
+                last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no output"
+                raise PackageError(f"{what}: the twin could not be run through the QNN EP: {clip(last, 300)}",
+                                   hint="run `qnn-release build` again; its float graphs must compile for the chip")
+            write_json(out / "run.json", {**json.loads(lines[-1]), "qnn_version": version})
+            done.parent.mkdir(parents=True, exist_ok=True)
+            staged = done.with_name(done.name + f".{os.getpid()}.tmp")
+            shutil.copytree(out, staged)
+            shutil.rmtree(done, ignore_errors=True)
+            os.replace(staged, done)  # whole or not at all
+    answers = [(f"sample/{p.name}", p) for p in sorted(done.iterdir()) if p.name != "run.json"]
+    return json.loads((done / "run.json").read_text()), answers

@@ -9,15 +9,10 @@ carries its own state."""
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 
 import numpy as np
-
-
-def _peak_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
 
 
 def _run(step, feeds: list[dict], spec: dict, names: list[str]) -> list[list[np.ndarray]]:
@@ -38,6 +33,7 @@ def main() -> int:
     reference = sys.argv[7] if len(sys.argv) > 7 else None
     from ..compile import qnn_ep
     from ..prepare.graph import cpu_session
+    from ..util.metrics import peak_memory_mb
 
     with open(spec_path) as f:
         spec = json.load(f)
@@ -48,7 +44,7 @@ def main() -> int:
     cpu = _run(lambda f: cpu_sess.run(None, f), feeds, spec, [o.name for o in cpu_sess.get_outputs()])
     ort, _ = qnn_ep._ort()
     options = qnn_ep.htp_options(soc_model, int(htp_arch), fp16=reference is None)
-    before = _peak_mb()
+    before = peak_memory_mb()
     start = time.monotonic()
     with qnn_ep.quiet_native():
         sess = ort.InferenceSession(graph, sess_options=qnn_ep.session_options(allow_cpu_fallback=False,
@@ -57,7 +53,7 @@ def main() -> int:
         htp = _run(lambda f: sess.run(None, f), feeds, spec, [o.name for o in cpu_sess.get_outputs()])
     np.savez(out, **{f"{side}/{i}/{k}": o for side, runs in (("cpu", cpu), ("htp", htp))
                      for i, outs in enumerate(runs) for k, o in enumerate(outs)})
-    print(json.dumps({"first_load_seconds": round(first_load, 3), "peak_memory_mb": _peak_mb(),
+    print(json.dumps({"first_load_seconds": round(first_load, 3), "peak_memory_mb": peak_memory_mb(),
                       "memory_before_mb": before}))
     return 0
 

@@ -63,3 +63,15 @@ def worst(parities: list[Parity]) -> Parity:
     """The worst of several outputs / samples: lowest cosine and SNR, largest error, all NaNs."""
     return Parity(cosine=min(p.cosine for p in parities), max_abs=max(p.max_abs for p in parities),
                   snr_db=min(p.snr_db for p in parities), nan_count=sum(p.nan_count for p in parities))
+
+
+def peak_memory_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports KiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def rounded(p: Parity) -> dict:
+    """A parity as a release states it: cosine to 6 places, SNR to 2, the largest error to 4 digits."""
+    return {"cosine": round(p.cosine, 6), "snr_db": round(p.snr_db, 2), "max_abs": float(f"{p.max_abs:.4g}")}

@@ -4,7 +4,7 @@ chip's graphs say: against CPU window by window, and as heard by a listener)."""
 
 from __future__ import annotations
 
-from .. import ArchiveExtras, ArchivePart, ChipCheck, Recipe
+from .. import ArchiveExtras, ArchivePart, ChipCheck, Recipe, TwinExtras, TwinPart
 from .check import CHECK_VERSION
 
 
@@ -97,6 +97,11 @@ class PiperRecipe(Recipe):
         return {"voice": {"real_time_factor": round((n_enc * enc + n_dec * dec) / (audio * 1000.0), 4),
                           "time_to_first_audio_ms": round(enc + dec, 3), "sentences": len(said),
                           "audio_seconds": round(audio, 3), "encoder_runs": n_enc, "decoder_windows": n_dec}}
+
+    def twin(self, part: TwinPart) -> TwinExtras | None:
+        from .twin import twin_extras
+
+        return twin_extras(part)
 
     def register_cli(self, sub) -> None:
         from . import cli

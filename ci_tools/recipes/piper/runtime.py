@@ -4,12 +4,13 @@ Self-contained on purpose (numpy, onnxruntime, piper-phonemize; onnxruntime-qnn 
 archives ship this file as ``speak.py``, so an unpacked archive speaks with nothing else.
 ``qnn-release speak`` and the build's speech verification use it too.
 
-    python speak.py "Text to say." -o out.wav [--dir DIR] [--cpu] [--seed N]
+    python speak.py "Text to say." -o out.wav [--dir DIR] [--cpu | --jit --soc-model N --htp-arch N] [--seed N]
 
 The folder holds ``voice.json`` (phoneme map, sample rate, scales, the graphs' sizes), ``duration.onnx``
 (the duration predictor: data-dependent shapes, always on CPU; 2 ms a sentence) and either
 ``encoder_ctx.onnx`` + ``decoder_ctx.onnx`` (QNN context binaries: the HTP, or its emulator on x86-64) or
-``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on CPU). The pipeline: espeak-ng phonemes -> ids (Piper's
+``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on CPU, or ``--jit``: its QNN EP compiling them for the
+device's HTP when the session is created, for a chip without a binary). The pipeline: espeak-ng phonemes -> ids (Piper's
 ``^ _ p _ ... $``), the encoder at a fixed ``max_ids`` (zero-padded, masked by the true length), durations
 ``ceil(exp(logw) * length_scale)`` on the host, the prior expanded by ``np.repeat`` (plus noise), then the
 flow + HiFi-GAN decoder over fixed windows of ``frames`` latent frames that overlap by ``overlap`` frames on
@@ -42,7 +43,8 @@ def _clip(text: str, limit: int) -> str:
     return (head.rsplit(" ", 1)[0] if " " in head[limit // 2:] else head).rstrip(" ,;:") + "…"
 BREAKS = (",", ";", ":")  # where a sentence too long for the encoder is split first
 MAX_TEXT_CHARS = 10000
-GRAPHS = {"htp": ("encoder_ctx.onnx", "decoder_ctx.onnx"), "cpu": ("encoder.onnx", "decoder.onnx")}
+GRAPHS = {"htp": ("encoder_ctx.onnx", "decoder_ctx.onnx"), "cpu": ("encoder.onnx", "decoder.onnx"),
+          "jit": ("encoder.onnx", "decoder.onnx")}  # jit: the float graphs compiled for the HTP at session creation
 VOICE_KEYS = ("sample_rate", "espeak_voice", "phoneme_id_map", "noise_scale", "length_scale", "noise_w",
               "max_ids", "frames", "overlap", "hop", "channels")
 
@@ -94,13 +96,16 @@ def _session(path: Path, device: str, chip: dict | None = None):
     try:
         import onnxruntime_qnn
     except ImportError:
-        raise VoiceInputError("the QNN context binaries need onnxruntime-qnn (pip install onnxruntime-qnn), or "
+        raise VoiceInputError("the HTP needs onnxruntime-qnn (pip install onnxruntime-qnn), or "
                               "speak on CPU with the exported encoder.onnx/decoder.onnx (--cpu)") from None
+    if device == "jit" and not (chip or {}).get("soc_model"):
+        raise VoiceInputError("--jit compiles the float graphs for the device's HTP in fp16 and needs its chip: "
+                              "--soc-model N --htp-arch N (`qnn-release socs` lists them)")
     if not any(d.ep_name == "QNNExecutionProvider" for d in ort.get_ep_devices()):
         ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
     devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    options = {"backend_type": "htp"}
+    options = {"backend_type": "htp", **({"enable_htp_fp16_precision": "1"} if device == "jit" else {})}
     for key in ("soc_model", "htp_arch"):
         if (chip or {}).get(key):
             options[key] = str(chip[key])
@@ -153,21 +158,28 @@ def check_voice(voice: dict, encoder, decoder, where: str) -> None:
 class Voice:
     """The graphs of one folder and the voice's configuration."""
 
-    def __init__(self, folder: str | Path, device: str | None = None, threads: int | None = None):
+    def __init__(self, folder: str | Path, device: str | None = None, threads: int | None = None,
+                 chip: dict | None = None):
+        """``chip``: the device's ``soc_model`` and ``htp_arch`` (default: voice.json's); ``jit`` needs it."""
         folder = Path(folder)
         self.voice = read_voice(folder)
         if device is None:
             device = "htp" if (folder / GRAPHS["htp"][0]).is_file() else "cpu"
         if device not in GRAPHS:
-            raise VoiceInputError(f"device {device!r}: expected cpu or htp")
+            raise VoiceInputError(f"device {device!r}: expected cpu, htp or jit")
         self.device = device
         enc, dec = (folder / n for n in GRAPHS[device])
         for p in (enc, dec, folder / "duration.onnx"):
             if not p.is_file():
                 raise VoiceInputError(f"{folder}: no {p.name} (a voice folder for {device} has "
                                       f"{', '.join(GRAPHS[device])} and duration.onnx)")
-        self.encoder = _session(enc, device, self.voice.get("chip"))
-        self.decoder = _session(dec, device, self.voice.get("chip"))
+        chip = chip or self.voice.get("chip")
+        self.load_seconds: dict[str, float] = {}  # per graph: session creation (jit: the compile)
+        started = time.monotonic()
+        self.encoder = _session(enc, device, chip)
+        self.load_seconds["encoder"] = time.monotonic() - started
+        self.decoder = _session(dec, device, chip)
+        self.load_seconds["decoder"] = time.monotonic() - started - self.load_seconds["encoder"]
         self.duration = _session(folder / "duration.onnx", "cpu")
         check_voice(self.voice, self.encoder, self.decoder, str(folder))
         self.sample_rate = int(self.voice["sample_rate"])
@@ -368,14 +380,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("text")
     p.add_argument("-o", "--output", type=Path, required=True, help="the WAV to write")
     p.add_argument("--dir", type=Path, default=Path(__file__).resolve().parent, help="the voice folder")
-    p.add_argument("--cpu", action="store_true", help="the exported graphs on CPU instead of the context binaries")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--cpu", action="store_true", help="the float graphs on CPU instead of the context binaries")
+    how.add_argument("--jit", action="store_true", help="the float graphs compiled for the HTP when loaded (a chip "
+                     "without a binary; needs --soc-model and --htp-arch)")
+    p.add_argument("--soc-model", default=None, help="the device's QNN soc_model (with --jit)")
+    p.add_argument("--htp-arch", default=None, help="the device's HTP arch, e.g. 79 (with --jit)")
     p.add_argument("--seed", type=int, default=None, help="sample Piper's noise with this seed (default: none)")
     p.add_argument("--sentence-silence", type=float, default=0.0, help="seconds between sentences (default 0)")
     args = p.parse_args(argv)
     try:
         if args.output.is_dir() or not args.output.parent.is_dir():
             write_wav(args.output, np.zeros(0, np.float32), 1)  # refused in one line, before any graph runs
-        voice = Voice(args.dir, device="cpu" if args.cpu else None)
+        chip = {"soc_model": args.soc_model, "htp_arch": args.htp_arch} if args.soc_model else None
+        voice = Voice(args.dir, device="cpu" if args.cpu else "jit" if args.jit else None, chip=chip)
         rng = None if args.seed is None else np.random.default_rng(args.seed)
         s = voice.speak(args.text, rng=rng, silence=max(0.0, args.sentence_silence))
         write_wav(args.output, s.audio, s.sample_rate)

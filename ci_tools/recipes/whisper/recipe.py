@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe
+from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe, TwinExtras, TwinPart
 from .check import CHECK_VERSION
 
 PROMPT_STEPS = 4  # the multilingual prompt: <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
@@ -98,6 +98,11 @@ class WhisperRecipe(Recipe):
         return {"speech": {"real_time_factor": round(busy_ms / (audio * 1000.0), 4),
                            "time_to_first_token_ms": round(enc + PROMPT_STEPS * dec, 3), "clips": len(clips),
                            "audio_seconds": round(audio, 3), "decoder_steps": steps}}
+
+    def twin(self, part: TwinPart) -> TwinExtras | None:
+        from .twin import twin_extras
+
+        return twin_extras(part)
 
     def register_cli(self, sub) -> None:
         from . import cli

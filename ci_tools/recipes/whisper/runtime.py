@@ -4,14 +4,16 @@ Self-contained on purpose (numpy, onnxruntime, tokenizers; onnxruntime-qnn for t
 release archives ship this file as ``transcribe.py``, so an unpacked archive transcribes with
 nothing else. ``qnn-release transcribe`` and the build's transcript verification use it too.
 
-    python transcribe.py clip.wav [more.wav ...] [--cpu] [--dir DIR] [--language en] [--segments]
+    python transcribe.py clip.wav [more.wav ...] [--cpu | --jit --soc-model N --htp-arch N] [--dir DIR]
+        [--language en] [--segments]
 
 A recording longer than 30 s is cut into windows of at most 30 s (``windows``: each cut falls in the
 quietest fifth of a second of the window's last 10 s, so a cut lands between words, not in one) and each
 window is transcribed on its own; a window Whisper takes for silence is dropped by Whisper's own rule.
 
 The folder holds ``encoder_ctx.onnx`` + ``decoder_ctx.onnx`` (QNN context binaries: the HTP, or
-its emulator on x86-64) or ``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on CPU), and
+its emulator on x86-64) or ``encoder.onnx`` + ``decoder.onnx`` (ONNX Runtime on CPU, or ``--jit``: its QNN EP
+compiling them for the device's HTP when the session is created, for a chip without a binary), and
 ``tokenizer.json``, ``whisper.json`` (dimensions and special tokens), ``mel_filters.npy``.
 """
 
@@ -214,13 +216,16 @@ def _session(path: Path, device: str, soc_model: str | None = None, htp_arch: st
     try:
         import onnxruntime_qnn
     except ImportError:
-        raise WhisperInputError("the QNN context binaries need onnxruntime-qnn (pip install onnxruntime-qnn), "
+        raise WhisperInputError("the HTP needs onnxruntime-qnn (pip install onnxruntime-qnn), "
                                 "or transcribe on CPU with the exported encoder.onnx/decoder.onnx") from None
+    if device == "jit" and not soc_model:
+        raise WhisperInputError("--jit compiles the float graphs for the device's HTP in fp16 and needs its chip: "
+                                "--soc-model N --htp-arch N (`qnn-release socs` lists them)")
     if not any(d.ep_name == "QNNExecutionProvider" for d in ort.get_ep_devices()):
         ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
     devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    options = {"backend_type": "htp"}
+    options = {"backend_type": "htp", **({"enable_htp_fp16_precision": "1"} if device == "jit" else {})}
     if soc_model:
         options["soc_model"] = str(soc_model)
     if htp_arch:
@@ -233,7 +238,9 @@ def _session(path: Path, device: str, soc_model: str | None = None, htp_arch: st
 class Whisper:
     """Encoder + decoder sessions, the tokenizer and the decoding configuration of one folder."""
 
-    def __init__(self, folder: str | Path, device: str | None = None, language: str | None = None):
+    def __init__(self, folder: str | Path, device: str | None = None, language: str | None = None,
+                 chip: dict | None = None):
+        """``chip``: the device's ``soc_model`` and ``htp_arch`` (default: whisper.json's); ``jit`` needs it."""
         folder = Path(folder)
         if not folder.is_dir():
             raise WhisperInputError(f"{folder}: not a folder")
@@ -243,17 +250,22 @@ class Whisper:
         self.config = json.loads(config_path.read_text())
         if device is None:
             device = "htp" if (folder / "encoder_ctx.onnx").is_file() else "cpu"
-        names = {"htp": ("encoder_ctx.onnx", "decoder_ctx.onnx"), "cpu": ("encoder.onnx", "decoder.onnx")}
+        names = {"htp": ("encoder_ctx.onnx", "decoder_ctx.onnx"), "cpu": ("encoder.onnx", "decoder.onnx"),
+                 "jit": ("encoder.onnx", "decoder.onnx")}  # jit: the float graphs compiled for the HTP when loaded
         if device not in names:
-            raise WhisperInputError(f"device {device!r}: expected cpu or htp")
+            raise WhisperInputError(f"device {device!r}: expected cpu, htp or jit")
         enc, dec = (folder / n for n in names[device])
         for f in (enc, dec, folder / "tokenizer.json"):
             if not f.is_file():
                 raise WhisperInputError(f"{folder}: no {f.name} (for device {device})")
         self.device, self.folder = device, folder
-        chip = self.config.get("chip") or {}
+        chip = chip or self.config.get("chip") or {}
+        self.load_seconds: dict[str, float] = {}  # per graph: session creation (jit: the compile)
+        started = time.monotonic()
         self.encoder = _session(enc, device, chip.get("soc_model"), chip.get("htp_arch"))
+        self.load_seconds["encoder"] = time.monotonic() - started
         self.decoder = _session(dec, device, chip.get("soc_model"), chip.get("htp_arch"))
+        self.load_seconds["decoder"] = time.monotonic() - started - self.load_seconds["encoder"]
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -383,7 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("clips", nargs="+", type=Path)
     p.add_argument("--dir", type=Path, default=Path(__file__).resolve().parent,
                    help="the folder with the graphs (default: this script's)")
-    p.add_argument("--cpu", action="store_true", help="use encoder.onnx/decoder.onnx on CPU")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--cpu", action="store_true", help="use encoder.onnx/decoder.onnx on CPU")
+    how.add_argument("--jit", action="store_true", help="encoder.onnx/decoder.onnx compiled for the HTP when loaded "
+                     "(a chip without a binary; needs --soc-model and --htp-arch)")
+    p.add_argument("--soc-model", default=None, help="the device's QNN soc_model (with --jit)")
+    p.add_argument("--htp-arch", default=None, help="the device's HTP arch, e.g. 79 (with --jit)")
     p.add_argument("--language", default=None)
     p.add_argument("--segments", action="store_true", help="one line per 30 s window, with its times")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per window (default 224)")
@@ -392,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--max-tokens {args.max_tokens}: expected 1 to 440 (Whisper's limit per window is 224)")
     try:
         audio = [(clip, read_wav(clip)) for clip in args.clips]  # every file checked before any decoding
-        model = Whisper(args.dir, device="cpu" if args.cpu else None, language=args.language)
+        chip = {"soc_model": args.soc_model, "htp_arch": args.htp_arch} if args.soc_model else None
+        model = Whisper(args.dir, device="cpu" if args.cpu else "jit" if args.jit else None, language=args.language,
+                        chip=chip)
         for clip, samples in audio:
             r = model.transcribe_long(samples, max_tokens=args.max_tokens)
             print(f"{clip}: {r.text}")

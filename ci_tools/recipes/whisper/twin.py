@@ -1,0 +1,87 @@
+"""A Whisper model's twin: its float encoder and decoder beside ``transcribe.py``, the tokenizer and the decoding
+configuration. ``transcribe.py --cpu`` runs them on CPU; ``--jit`` has ONNX Runtime's QNN EP compile them for the
+device's HTP when the session is created (a chip the release has no binary for).
+
+``python -m ci_tools.recipes.whisper.twin FOLDER SOC_MODEL HTP_ARCH OUT CLIP MAX_TOKENS MAX_WER``: the twin run as an
+app runs it, in this process alone: the clip transcribed on CPU, then on the HTP emulator through on-device compile
+(each graph's first load timed, the process's peak memory before and after), every graph run against CPU on the same
+inputs; judged by the fp16 bar for transcripts (WER against CPU at most MAX_WER). Prints one JSON line; writes CPU's
+transcript to ``OUT/<clip>.txt`` (the archive's sample answer)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .. import TwinExtras, TwinPart
+
+FILES = ("tokenizer.json", "mel_filters.npy")
+
+
+def twin_extras(part: TwinPart) -> TwinExtras | None:
+    from ...errors import PackageError
+    from . import runtime
+    from .check import DEFAULT_MAX_WER, load_clips
+
+    model = part.model
+    export = part.report.exports.get(model.name)
+    if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
+        raise PackageError(f"{model.name}: the export (tokenizer.json, mel_filters.npy, whisper.json) is gone from "
+                           "the cache", hint="run `qnn-release build` again (nothing recompiles)")
+    config = json.loads((Path(export) / "whisper.json").read_text())
+    config.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
+    config["max_tokens"] = model.verify.max_tokens
+    clip = load_clips(part.loaded.root, model.verify.clips)[0]
+    sample = f"sample/{clip.path.name}"
+    members = [(f, Path(export) / f) for f in FILES]
+    members += [("whisper.json", (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
+                ("transcribe.py", Path(runtime.__file__).read_bytes()), (sample, clip.path)]
+    bar = model.verify.max_wer_vs_cpu.get("fp16", DEFAULT_MAX_WER["fp16"])
+    return TwinExtras(members=members, graph_files={"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
+                      check=[__name__, sample, str(model.verify.max_tokens), str(bar)],
+                      note=f"the clip {sample} (the first of verify.clips)",
+                      readme="recipes/whisper_twin_readme.md.j2",
+                      context={"sample": sample, "sample_text": f"sample/{clip.path.stem}.txt",
+                               "max_tokens": model.verify.max_tokens})
+
+
+def main(argv: list[str]) -> int:
+    import numpy as np
+
+    from ...compile.qnn_ep import quiet_native
+    from ...util.metrics import compare, peak_memory_mb, rounded, worst
+    from .check import wer
+    from .runtime import Whisper, read_wav
+
+    folder, soc_model, htp_arch, out, clip, max_tokens, bar = argv
+    audio = read_wav(Path(folder) / clip)
+    cpu = Whisper(folder, device="cpu")
+    said = cpu.transcribe(audio, max_tokens=int(max_tokens)).text
+    before = peak_memory_mb()
+    with quiet_native():
+        jit = Whisper(folder, device="jit", chip={"soc_model": soc_model, "htp_arch": htp_arch})
+    parity: dict[str, list] = {"encoder": [], "decoder": []}
+
+    def observe(kind, feed, outputs):
+        ref = (cpu.encoder if kind == "encoder" else cpu.decoder).run(None, feed)
+        parity[kind].append(compare(np.concatenate([np.ravel(r) for r in ref]),
+                                    np.concatenate([np.ravel(o) for o in outputs])))
+
+    with quiet_native():
+        got = jit.transcribe(audio, max_tokens=int(max_tokens), observe=observe).text
+    Path(out, Path(clip).stem + ".txt").write_text(said + "\n")
+    errors = wer([(said, got)])
+    verified = errors <= float(bar)
+    graphs = {g: {"first_load_seconds": round(jit.load_seconds[g], 3), **rounded(worst(p))}
+              for g, p in parity.items()}
+    print(json.dumps({"graphs": graphs, "peak_memory_mb": peak_memory_mb(), "memory_before_mb": before,
+                      "verified": verified, "passed_by": ["transcript"] if verified else [],
+                      **({} if verified else {"failure": f"its transcript leaves CPU's: WER {errors:.2f} > {bar} "
+                                                         f"({got!r} for {said!r})"}),
+                      "numbers": {"clip": Path(clip).name, "cpu": said, "htp": got, "wer_vs_cpu": errors}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
