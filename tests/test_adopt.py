@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -150,3 +151,52 @@ def test_an_adopted_repository_releases_through_its_workflows_with_the_pinned_to
     assert jobs and not any((j / "ci_tools").exists() for j in jobs)
     assert {j.parent.name.split("-", 1)[1] for j in jobs if (j / ".qnn-release-tool" / "ci_tools").is_dir()} >= {
         "precompile", "compile", "package", "publish"}
+
+
+def test_tool_bump_proposes_the_newest_tool_release_as_a_pull_request(tmp_path):
+    """#43: an adopter's tool-bump.yaml, through the workflow runner against the stand-in GitHub. The newest
+    qnn-release-vX.Y.Z release of the pinned repository (not a model release of it, a draft or a pre-release, and
+    by version, not by date) is checked out, moves the pin and renders the workflows; the change is a pull
+    request. A pin at that release already does nothing."""
+    repo = _adopt(tmp_path)
+    _add_own_model(repo)
+    assert run_cli("render", cwd=repo).returncode == 0
+    wf = repo / ".github" / "workflows"
+    assert (wf / "tool-bump.yaml").is_file() and not (wf / "tool-release.yaml").exists()  # the tool's own only
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "adopt"],
+                   check=True)
+    tool = _tool(tmp_path)
+    with FakeGitHub() as gh:
+        gh.add_release(TOOL_REPO, "qnn-release-v0.10.0", NEW)
+        gh.add_release(TOOL_REPO, "qnn-release-v0.9.0", "9" * 40)  # published later, an older version
+        gh.add_release(TOOL_REPO, "v5.0.0", "5" * 40)  # the tool's repository releasing models
+        gh.add_release(TOOL_REPO, "qnn-release-v0.11.0", "6" * 40, prerelease=True)
+        gh.add_release(TOOL_REPO, "qnn-release-v0.12.0", "7" * 40, draft=True)
+        runner = Runner(repo=repo, work=tmp_path / "runner", git=True,
+                        tools={f"{TOOL_REPO}@{OLD}": tool, f"{TOOL_REPO}@{NEW}": tool},
+                        context={"github.event.repository.fork": False, "github.token": "",
+                                 "secrets.SDK_BUMP_TOKEN": gh.state.token},
+                        env={"GITHUB_API_URL": gh.url, "GITHUB_REPOSITORY": OWNER_REPO})
+        assert runner.job(wf / "tool-bump.yaml", "tool-bump"), "\n".join(runner.log[-3:])
+        (pr,) = gh.state.pulls
+        assert pr["title"] == "Upgrade qnn-release to qnn-release-v0.10.0" and pr["head"].startswith(
+            "qnn-release/tool-bump-"), pr
+        tree = gh.state.objects[gh.state.objects[gh.state.refs[f"heads/{pr['head']}"]]["tree"]]
+        files = {e["path"]: e["content"] for e in tree["tree"]}
+        assert "matrix/models.yaml" in files and any(p.startswith(".github/workflows/") for p in files), sorted(files)
+        assert yaml.safe_load(files["matrix/models.yaml"])["tool"] == {
+            "repository": TOOL_REPO, "ref": NEW, "version": "qnn-release-v0.10.0"}
+        assert not any(".qnn-release-tool" in p for p in files)  # the checkouts are never committed
+        assert all(OLD not in text for text in files.values())
+
+        # the pin at the newest release: the job passes and proposes nothing
+        r = run_cli("init", "--upgrade", "--tool", f"{TOOL_REPO}@{NEW}", "--version", "qnn-release-v0.10.0",
+                    cwd=repo)
+        assert r.returncode == 0, r.stderr
+        r = run_cli("tool-latest", cwd=repo, env={**os.environ, "GITHUB_API_URL": gh.url})
+        assert r.returncode == 0 and "is the newest qnn-release release" in r.stdout, r.stdout + r.stderr
+        # GitHub unreachable: one line, exit 4
+        r = run_cli("tool-latest", cwd=repo, env={**os.environ, "GITHUB_API_URL": "http://127.0.0.1:9"})
+        assert r.returncode == 4 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, \
+            r.stderr

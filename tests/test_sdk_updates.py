@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from ci_tools.sdk.updates import open_pr
+from ci_tools.sdk.updates import SDK_PINS, open_pr
 from tests.conftest import DEMO_MATRIX, REPO, run_cli
 from tests.fakes.fake_github import FakeGitHub
 from tests.fakes.fake_hf import FakeHub
@@ -122,6 +122,5 @@ def test_a_first_push_pins_the_sdk_as_the_hub_states_it_without_downloading(repo
     r = run_cli("image", "--matrix", str(matrix), "--owner", "Acme", "--allow-unpinned")
     assert r.returncode == 0 and "ref=ghcr.io/acme/qnn-sdk:2.40.0.251030-" in r.stdout
     with FakeGitHub() as gh:
-        text = open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url, kind="sdk-pins",
-                       title="Pin the QNN SDK")
+        text = open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url, what=SDK_PINS)
         assert text.startswith("opened ") and gh.state.pulls[0]["head"].startswith("qnn-release/sdk-pins-")

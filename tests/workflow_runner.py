@@ -12,7 +12,8 @@ Stands in for the GitHub Actions runner, closely enough to follow a release thro
   ``pattern`` (``merge-multiple``) into ``with.path``;
 - a step's ``continue-on-error: true`` lets the job pass when that step fails;
 - a step's ``if:`` supports ``success()`` (the default), ``failure()``, ``failure() || cancelled()`` and
-  ``!cancelled()``; a job's
+  ``!cancelled()``, and an expression without a status function (``steps.<id>.outputs.<name> != ''``: GitHub
+  prefixes it with ``success() &&``; an output no step wrote is ''); a job's
   ``if:`` is evaluated (``==``, ``!=``, ``&&``, ``||``, ``!``, ``startsWith``, ``!cancelled()``, and
   ``needs.<job>.result`` of the jobs run before) against the context: a
   called workflow sees its CALLER's ``github.*`` and the ``inputs`` it was given, as on GitHub;
@@ -57,6 +58,7 @@ class Runner:
     log: list[str] = field(default_factory=list)
     runs: int = 0
     tools: dict[str, Path] = field(default_factory=dict)  # OWNER/NAME@REF -> a local checkout standing in for it
+    git: bool = False  # each job's checkout has the repository's .git (a job that commits what it changed)
 
     @classmethod
     def tag_push(cls, repo: Path, work: Path, gh, sdk: Path, *, image: str, repository: str, model: str = "m",
@@ -96,8 +98,10 @@ class Runner:
             # runs exactly when failure() does
             run_it = {"success()": not failed, "failure()": failed, "failure() || cancelled()": failed,
                       "!cancelled()": True}.get(cond)
-            if run_it is None:
+            if run_it is None and re.search(r"\b(success|failure|cancelled|always)\(", cond):
                 raise AssertionError(f"{workflow.name}:{job_id}: step condition {cond!r} is not modelled here")
+            if run_it is None:  # docs: a step's `if` without a status check function is `success() && (...)`;
+                run_it = not failed and evaluate(cond, ctx, missing="")  # an output no step wrote is ''
             if not run_it:
                 continue
             ok = self._step(step, job, ctx, checkout, extra_env or {})
@@ -118,7 +122,8 @@ class Runner:
         repo = repo or self.repo
         dest.mkdir(parents=True)
         for name in os.listdir(repo):
-            if name in (".git", ".venv", "dist", "release_notes") or name.startswith(".pytest"):
+            if (name == ".git" and not self.git) or name in (".venv", "dist", "release_notes") or \
+                    name.startswith(".pytest"):
                 continue
             src = repo / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
@@ -263,13 +268,14 @@ def _glob(pattern: Path) -> list[str]:
     return sorted(glob.glob(str(pattern), recursive=True))
 
 
-def evaluate(expr: str, context: dict[str, str | bool | None]) -> bool:
-    """A GitHub expression of the kinds the templates use, against a flat context (missing: null)."""
+def evaluate(expr: str, context: dict[str, str | bool | None], missing: str | None = None) -> bool:
+    """A GitHub expression of the kinds the templates use, against a flat context (missing: null, or ``missing``
+    for a step's output no step wrote)."""
     m = EXPR.fullmatch(expr.strip())
     text = m[1] if m else expr
 
     def value(ref: re.Match) -> str:
-        return repr(context.get(ref[0]))
+        return repr(context.get(ref[0], missing if ref[0].startswith("steps.") else None))
 
     text = re.sub(r"\b(?:inputs|github|steps|needs|matrix|secrets)\.[\w.-]+", value, text)
     text = text.replace("&&", " and ").replace("||", " or ")

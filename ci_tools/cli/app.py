@@ -276,6 +276,30 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tool_latest(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+    from ..matrix.schema import load_matrix
+    from ..release.github import Connection, token_from_env
+    from ..workflows.adopt import newer_tool
+
+    loaded = load_matrix(args.matrix)
+    tool = loaded.matrix.tool
+    if tool is None:
+        raise UsageError(f"{loaded.path}: no tool: block: this is qnn-release itself, or a copy of it",
+                         hint="a repository adopts qnn-release with `qnn-release init`, which pins it")
+    newer = newer_tool(tool, Connection(token=token_from_env()))
+    if newer is None:
+        print(f"{tool.repository}@{tool.ref[:12]}{f' ({tool.version})' if tool.version else ''} is the newest "
+              "qnn-release release")
+        return 0
+    print(f"newer qnn-release: {newer.tag} ({tool.repository}@{newer.commit}); the pin is {tool.ref[:12]}"
+          f"{f' ({tool.version})' if tool.version else ''}")
+    if args.github_output:
+        with open(args.github_output, "a") as f:
+            f.write(f"pin={newer.pin(tool.repository)}\nref={newer.commit}\nversion={newer.tag}\n")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..catalog.socs import UnknownSocError, load_catalog
     from ..compile.inspection import inspect, render_text
@@ -512,6 +536,13 @@ def _adoption_and_comparison_commands(sub) -> None:
     p.add_argument("--version", help="the release tag that commit is (shown in the workflows and the upgrade)")
     p.add_argument("--upgrade", action="store_true", help="move the pin of an adopted repository, render again")
     p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("tool-latest", help="an adopted repository: the newest release of the qnn-release it pins "
+                       "(qnn-release-vX.Y.Z), when it is another commit than the pin (tool-bump.yaml upgrades to it)")
+    _matrix_arg(p)
+    p.add_argument("--github-output", metavar="FILE", help="append pin=OWNER/NAME@COMMIT, ref=COMMIT and "
+                   "version=TAG to FILE ($GITHUB_OUTPUT) when there is a newer one")
+    p.set_defaults(func=cmd_tool_latest)
 
 
 def _new_model_and_image_commands(sub) -> None:

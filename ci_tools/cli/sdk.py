@@ -57,14 +57,10 @@ def cmd_check_updates(args: argparse.Namespace) -> int:
 
 def cmd_open_pr(args: argparse.Namespace) -> int:
     from ..release.github import token_from_env
-    from ..sdk.updates import open_pr
+    from ..sdk.updates import SDK_PINS, Proposal, open_pr, tool_bump
 
-    if args.pins:
-        print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root, kind="sdk-pins",
-                      title="Pin the QNN SDK (revision and the Hub's sha256)",
-                      message="Pin the QNN SDK: the revision and the sha256 the Hub states (qnn-release sdk pin)"))
-    else:
-        print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root))
+    what = tool_bump(args.tool) if args.tool else SDK_PINS if args.pins else Proposal()
+    print(open_pr(args.repo, args.base, token=token_from_env(), root=args.root, what=what))
     return 0
 
 
@@ -114,6 +110,7 @@ def register(sub, matrix_arg) -> None:
     o.add_argument("--base", default="main")
     o.add_argument("--root", type=Path, default=Path.cwd())
     o.add_argument("--pins", action="store_true", help="the change records SDK pins (`sdk pin --record`)")
+    o.add_argument("--tool", metavar="TAG", help="the change upgrades qnn-release to TAG (`init --upgrade`)")
     o.set_defaults(func=cmd_open_pr)
     n = ssub.add_parser("pin", help="the revision and sha256 of an unpinned QAIRT zip as the Hub states them "
                         "(no download); --record writes them into the matrix")

@@ -125,9 +125,31 @@ def hub_pins(loaded: LoadedMatrix, version: str | None = None) -> tuple[str, str
     return entry.version, meta.commit_hash, sha
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """What a bot's pull request is: its branch's prefix, title, commit message and the body's last line."""
+
+    kind: str = "sdk-bump"
+    title: str = "Bump the QNN SDK"
+    message: str = "Bump the QNN SDK versions (qnn-release sdk check-updates --apply)"
+    note: str = "The checks of this pull request rebuild every model with the new SDK."
+
+
+SDK_PINS = Proposal(kind="sdk-pins", title="Pin the QNN SDK (revision and the Hub's sha256)",
+                    message="Pin the QNN SDK: the revision and the sha256 the Hub states (qnn-release sdk pin)")
+
+
+def tool_bump(tag: str) -> Proposal:
+    return Proposal(kind="tool-bump", title=f"Upgrade qnn-release to {tag}",
+                    message=f"Upgrade qnn-release to {tag} (qnn-release init --upgrade): the pin and the workflows it "
+                            "renders",
+                    note="The tool's pin (matrix/models.yaml `tool:`) moved and the workflows were rendered again by "
+                         "that release of qnn-release. The checks of this pull request check the matrix and the "
+                         "workflows with it; the next release is built by it.")
+
+
 def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str | None = None,
-            kind: str = "sdk-bump", title: str = "Bump the QNN SDK",
-            message: str = "Bump the QNN SDK versions (qnn-release sdk check-updates --apply)") -> str:
+            what: Proposal = Proposal()) -> str:
     """Commit the working tree's changes to a branch through the Git data API and open a pull request.
 
     Where the repository does not let Actions open pull requests (403, a setting off by default), the
@@ -148,18 +170,18 @@ def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str
     tree = gh.call("POST", f"/repos/{repo}/git/trees", "create tree", expect=(201,),
                    json={"base_tree": commit["tree"]["sha"], "tree": entries})
     digest = hashlib.sha256("".join(e["path"] + e["content"] for e in entries).encode()).hexdigest()[:10]
-    branch = f"qnn-release/{kind}-{digest}"
+    branch = f"qnn-release/{what.kind}-{digest}"
     new = gh.call("POST", f"/repos/{repo}/git/commits", "create commit", expect=(201,), json={
-        "message": message, "tree": tree.json()["sha"], "parents": [base_sha]})
+        "message": what.message, "tree": tree.json()["sha"], "parents": [base_sha]})
     ref = gh.call("POST", f"/repos/{repo}/git/refs", f"create branch {branch}", expect=(201, 422),
                   json={"ref": f"refs/heads/{branch}", "sha": new.json()["sha"]})
     if ref.status_code == 422:  # the branch exists from an earlier run: move it
         gh.call("PATCH", f"/repos/{repo}/git/refs/heads/{branch}", f"update branch {branch}",
                 json={"sha": new.json()["sha"], "force": True})
     pr = gh.call("POST", f"/repos/{repo}/pulls", "open pull request", expect=(201, 403, 422), json={
-        "title": title, "head": branch, "base": base,
+        "title": what.title, "head": branch, "base": base,
         "body": "Opened by `qnn-release sdk open-pr`. Changed:\n" + "\n".join(f"- `{p}`" for p in changed)
-                + "\n\nThe checks of this pull request rebuild every model with the new SDK."})
+                + f"\n\n{what.note}"})
     if pr.status_code == 422:
         return f"branch {branch} updated; its pull request already exists"
     if pr.status_code == 403:

@@ -10,9 +10,10 @@ block, nothing else of the matrix) and renders again: the change an upgrade pull
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import SourceError, UsageError
 from ..paths import CHECKOUT, MATRIX_DATA, REPO_ROOT
 from ..util.files import write_atomic
 from ..util.git import git_out
@@ -95,3 +96,34 @@ def upgrade(matrix: Path, pin: str | None, version: str | None) -> str:
     new = block.sub(lambda _: tool_block(repo, ref, version or own), text, count=1)
     write_atomic(matrix, new)
     return new
+
+
+TOOL_TAG = re.compile(r"^qnn-release-v(\d+)\.(\d+)\.(\d+)$")  # what tool-release.yaml publishes
+
+
+@dataclass(frozen=True)
+class NewerTool:
+    tag: str
+    commit: str
+
+    def pin(self, repository: str) -> str:
+        return f"{repository}@{self.commit}"
+
+
+def newer_tool(tool, via) -> NewerTool | None:
+    """The newest published release of the pinned qnn-release (``qnn-release-vX.Y.Z`` tags: the repository also
+    releases models under other tags; drafts and pre-releases never) when it is another commit than the pin; None
+    when the pin is that commit already or nothing is released. The tag's commit comes from GitHub's "Get a commit"
+    (an annotated tag resolves to its commit)."""
+    gh = via.client(tool.repository, give_up=SourceError)
+    tags = [(tuple(int(x) for x in m.groups()), rel["tag_name"]) for rel in gh.paginate(f"/repos/{gh.repo}/releases")
+            if isinstance(rel, dict) and not rel.get("draft") and not rel.get("prerelease")
+            and isinstance(rel.get("tag_name"), str) and (m := TOOL_TAG.match(rel["tag_name"]))]
+    if not tags:
+        return None
+    tag = max(tags)[1]
+    commit = gh.call("GET", f"/repos/{gh.repo}/commits/{tag}", f"read the commit of {tag}").json().get("sha")
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise SourceError(f"{tool.repository}: release {tag} names no commit GitHub could give",
+                          hint="look at the release on GitHub; upgrade by hand with init --upgrade --tool")
+    return None if commit == tool.ref else NewerTool(tag=tag, commit=commit)

@@ -174,9 +174,9 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
               "sdk-bump-check.yaml"):
         files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(header=_header(f"{t}.j2"),
                                                                     smoke_cmd=smoke_cmd, shards=model_shards, **common)
-    if m.tool is None:  # this repository is the tool: its own release (an adopter pins one instead)
-        files[WORKFLOWS / "tool-release.yaml"] = _env().get_template("tool-release.yaml.j2").render(
-            header=_header("tool-release.yaml.j2"), **common)
+    # this repository is the tool: its own release; an adopter pins one instead, and upgrades the pin
+    own = "tool-release.yaml" if m.tool is None else "tool-bump.yaml"
+    files[WORKFLOWS / own] = _env().get_template(f"{own}.j2").render(header=_header(f"{own}.j2"), **common)
     for path, text in files.items():
         try:
             yaml.safe_load(text)

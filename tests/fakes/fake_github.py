@@ -52,6 +52,7 @@ class State:
         self.refs: dict[str, str] = {"heads/main": "c0" * 20}
         self.objects: dict[str, dict] = {"c0" * 20: {"type": "commit", "tree": "t0" * 20, "parents": []}}
         self.pulls: list[dict] = []
+        self.tags: dict[str, str] = {}  # "OWNER/NAME:tag" -> the commit it names
 
     def new_id(self) -> int:
         with self.lock:
@@ -330,6 +331,13 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, {"ref": f"refs/{m[1]}", "object": {"sha": st.refs[m[1]], "type": "commit"}})
             return True
+        m = re.fullmatch(r"/repos/([^/]+/[^/]+)/commits/([^/]+)", path)
+        if m and self.command == "GET":  # REST API "Get a commit": a sha, branch or tag name (an annotated tag
+            # resolves to its commit); an unknown ref is 422 "No commit found for SHA: ..."
+            sha = st.tags.get(f"{m[1]}:{m[2]}") or st.refs.get(f"heads/{m[2]}")
+            self._send(200, {"sha": sha}) if sha else \
+                self._send(422, {"message": f"No commit found for SHA: {m[2]}"})
+            return True
         m = re.fullmatch(r"/repos/[^/]+/[^/]+/git/commits/([0-9a-f]+)", path)
         if m and self.command == "GET":
             obj = st.objects.get(m[1])
@@ -412,6 +420,15 @@ class FakeGitHub(LocalServer):
     def releases(self, repo: str, tag: str) -> list[dict]:
         return [{"id": rid, **r} for rid, r in sorted(self.state.releases.items())
                 if r["repo"] == repo and r["tag_name"] == tag]
+
+    def add_release(self, repo: str, tag: str, commit: str, **fields) -> int:
+        """A published release of ``tag`` naming ``commit`` (``draft``, ``prerelease`` as given)."""
+        with self.state.lock:
+            rid = self.state.new_id()
+            self.state.releases[rid] = {"repo": repo, "tag_name": tag, "name": tag, "body": "", "draft": False,
+                                        **fields}
+            self.state.tags[f"{repo}:{tag}"] = commit
+        return rid
 
     def asset_names(self, release_id: int) -> list[str]:
         return sorted(a["name"] for a in self.state.assets.values() if a["release"] == release_id)
