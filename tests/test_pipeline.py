@@ -242,6 +242,14 @@ def test_a_catalogue_renders_within_githubs_limits_on_github_com_and_ghes(tmp_pa
     assert [len(j["strategy"]["matrix"]["model"]) for j in shards] == [256, 44]
     assert release["jobs"]["package"]["needs"][-3:] == ["export", "export-2", "device-numbers"]
     assert sum(1 for p in files if p.name.startswith("export-m")) == 300  # one file per model, for manual runs
+    # #43: the SDK image's pull-request smoke test in shards, one chip of every model, each shard inside 6 h
+    from ci_tools.workflows.cost import JOB_MAX_MIN, PRECOMPILE_MIN, SMOKE_IMAGE_BUILD_MIN, SMOKE_PER_SHARD, TARGET_MIN
+
+    docker = yaml.safe_load(files[Path(".github/workflows/qnn-sdk-docker-build.yaml")])
+    smoke = [e["models"].split() for e in docker["jobs"]["smoke"]["strategy"]["matrix"]["include"]]
+    assert sorted(m.split(":")[0] for shard in smoke for m in shard) == [f"m{i:03d}" for i in range(300)]
+    assert len(smoke) == -(-300 // SMOKE_PER_SHARD) and max(len(s) for s in smoke) == SMOKE_PER_SHARD
+    assert SMOKE_IMAGE_BUILD_MIN + SMOKE_PER_SHARD * (PRECOMPILE_MIN + TARGET_MIN) < JOB_MAX_MIN - 30
 
 
 def test_the_sdk_image_is_never_pushed_where_it_would_be_public(tmp_path):

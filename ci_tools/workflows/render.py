@@ -22,6 +22,7 @@ from ..matrix.plan import plan
 from ..matrix.schema import LoadedMatrix
 from ..paths import REPO_ROOT, TEMPLATES
 from ..util.files import write_atomic
+from .cost import JOB_MAX_MIN, SMOKE_PER_SHARD, smoke_shards
 from .jobs import MAX_JOBS
 
 # GitHub's limits for reusable workflows (docs, "Reusable workflows" reference, Limitations): unique reusable
@@ -168,12 +169,16 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
     smoke = []
     for model in sorted(m.models, key=lambda x: x.name):
         first = next(t for t in targets if t.model.name == model.name)  # one chip (the first in plan order)
-        smoke.append(f"--model {model.name} --soc {first.soc.name} --precision {first.precision}")
-    smoke_cmd = " && ".join(f"qnn-release build --backend qairt {a} --out /tmp/dist -j 2" for a in sorted(smoke))
+        smoke.append(f"{model.name}:{first.soc.name}:{first.precision}")
+    shards = [{"shard": i + 1, "models": " ".join(chunk)} for i, chunk in enumerate(smoke_shards(sorted(smoke)))]
+    if len(shards) > MAX_JOBS:  # GitHub: 256 jobs per matrix per workflow run
+        raise ConfigError(f"{loaded.path}: the SDK image's smoke test would need {len(shards):,} shards; GitHub runs "
+                          f"at most {MAX_JOBS} jobs of one matrix", hint="release the catalogue from several matrices")
     for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml", "sdk-pin.yaml",
               "sdk-bump-check.yaml"):
-        files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(header=_header(f"{t}.j2"),
-                                                                    smoke_cmd=smoke_cmd, shards=model_shards, **common)
+        files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(
+            header=_header(f"{t}.j2"), smoke_shards=shards, smoke_per_shard=SMOKE_PER_SHARD,
+            smoke_timeout=JOB_MAX_MIN, shards=model_shards, **common)
     # this repository is the tool: its own release; an adopter pins one instead, and upgrades the pin
     own = "tool-release.yaml" if m.tool is None else "tool-bump.yaml"
     files[WORKFLOWS / own] = _env().get_template(f"{own}.j2").render(header=_header(f"{own}.j2"), **common)

@@ -77,19 +77,22 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     build = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "build")
     assert "hf_token=${{ secrets.HF_TOKEN }}" in build["with"]["secrets"]
     fork = {"github.event.repository.fork": True, "github.ref": "refs/heads/main"}
-    local = next(s for s in docker["jobs"]["image"]["steps"] if s.get("id") == "local")
+    smoke_job = docker["jobs"]["smoke"]
+    local = next(s for s in smoke_job["steps"] if str(s.get("uses", "")).startswith("docker/build-push-action"))
     assert "push=true" in build["with"]["outputs"] and "push" not in local["with"] and local["with"]["load"] is True
     refuse = next(s for s in docker["jobs"]["image"]["steps"] if s.get("name", "").startswith("A run that may not"))
     steps = docker["jobs"]["image"]["steps"]
-    assert steps.index(refuse) < steps.index(local) and steps.index(refuse) < steps.index(build)  # before any build
+    assert steps.index(refuse) < steps.index(build)  # before any build
+    assert not any(s.get("with", {}).get("load") for s in steps)  # the image job never builds for a pull request
     pr = {"github.event_name": "pull_request", "github.ref": "refs/pull/7/merge"}
     dispatch = {"github.event_name": "workflow_dispatch", "github.ref": "refs/heads/feature"}
     for ctx, expect in ((fork, (False, False, True)), (push_main, (True, False, False)),
                         (dispatch, (False, False, True)), ({**fork, **pr}, (False, True, False)),
                         (pr, (False, True, False)),
                         ({"github.event_name": "push", "github.ref": "refs/tags/v1.0.0"}, (True, False, False))):
-        ctx = {**ctx, "steps.exists.outputs.digest": ""}  # the image is missing: push it, build it or refuse at once
-        got = (evaluate(build["if"], ctx), evaluate(local["if"], ctx), evaluate(refuse["if"], ctx))
+        ctx = {**ctx, "steps.exists.outputs.digest": "", "needs.image.outputs.new": "true"}  # the image is missing:
+        # push it, smoke-test it (each shard building it for itself) or refuse at once
+        got = (evaluate(build["if"], ctx), evaluate(smoke_job["if"], ctx), evaluate(refuse["if"], ctx))
         assert got == expect, ctx
     from ci_tools.sdk.image import IMAGE_INPUTS
 
@@ -100,14 +103,16 @@ def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     main = yaml.safe_load((REPO / ".github" / "workflows" / "main.yaml").read_text())
     # #43: no paths filter on main.yaml: its changes job decides what a push builds (and the image runs only then)
     assert "paths" not in main[True]["push"] and main["jobs"]["image"]["needs"] == ["changes"]
-    smoke_step = docker["jobs"]["image"]["steps"][-1]
-    assert evaluate(smoke_step["if"], {"github.event_name": "pull_request", "steps.exists.outputs.digest": ""})
-    # a pull request that does not change the image (one adding a model: its tag is in the registry) is not: every
-    # model compiled in one job passes GitHub's 6 h at about 30 models (#43); main.yaml builds what a push changed
-    assert not evaluate(smoke_step["if"], {"github.event_name": "pull_request",
-                                           "steps.exists.outputs.digest": "sha256:c"})
-    assert '"${REF}${DIGEST:+@$DIGEST}"' in smoke_step["run"]
-    assert smoke_step["run"].count("qnn-release build --backend qairt") == 2  # one chip of every model
+    assert docker["jobs"]["image"]["outputs"]["new"] == \
+        "${{ steps.ref.outputs.unpinned != 'true' && steps.exists.outputs.digest == '' }}"
+    # a pull request that does not change the image (one adding a model: its tag is in the registry) is not smoke-
+    # tested: main.yaml builds what a push changed
+    assert not evaluate(smoke_job["if"], {"github.event_name": "pull_request", "needs.image.outputs.new": "false"})
+    assert smoke_job["needs"] == "image" and smoke_job["strategy"]["fail-fast"] is False
+    # #43: sharded, one chip of every model across the shards
+    (shard,) = smoke_job["strategy"]["matrix"]["include"]
+    assert sorted(shard["models"].split()) == ["rapidocr:QCS9100:fp16", "silero-vad:QCS9100:fp16"]
+    assert smoke_job["steps"][-1]["run"].count("qnn-release build --backend qairt") == 1  # in a loop over them
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump.yaml").read_text())
     first = bump["jobs"]["check-updates"]["steps"][0]
     assert "SDK_BUMP_TOKEN" in first["env"] and "exit 1" in first["run"]
