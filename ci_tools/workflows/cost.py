@@ -217,13 +217,15 @@ def recurring_text(e: Estimate) -> list[str]:
              f"{SMOKE_PER_SHARD}, each shard under {SMOKE_SHARD_MIN} min of a job's 6 h), about "
              f"{e.smoke_minutes:,.0f} runner minutes in all")
     plans = ", ".join(f"{name} {minutes:,} min and {storage}" for name, storage, minutes in PLANS)
-    bump = e.models * (JOB_OVERHEAD_MIN + PRECOMPILE_MIN) + e.targets * TARGET_MIN + TAIL_MIN["package"]
-    biggest = e.biggest_model_targets * TARGET_MIN + PRECOMPILE_MIN
+    # each job builds the new SDK's image for itself (a pull request never pushes it), the compare job too
+    bump = (e.models + 1) * (JOB_OVERHEAD_MIN + SMOKE_IMAGE_BUILD_MIN) + e.models * PRECOMPILE_MIN + \
+        e.targets * TARGET_MIN + TAIL_MIN["package"]
+    biggest = SMOKE_IMAGE_BUILD_MIN + e.biggest_model_targets * TARGET_MIN + PRECOMPILE_MIN
     return [
-        f"the SDK bump's pull request (sdk-bump-check.yaml): every target built again, one job per model "
-        f"({e.models:,} jobs and a compare), about {bump:,.0f} runner minutes; its biggest model's job about "
-        f"{biggest:,.0f} min" + (" (over the job's 300-minute limit: its targets show as removed)"
-                                 if biggest > 300 else ""),
+        f"the SDK bump's pull request (sdk-bump-check.yaml): every target built again as a release builds it (the "
+        f"qairt route, each job building the new SDK's image for itself), one job per model ({e.models:,} jobs and "
+        f"a compare), about {bump:,.0f} runner minutes; its biggest model's job about {biggest:,.0f} min"
+        + (" (over the job's 300-minute limit: its targets show as removed)" if biggest > 300 else ""),
         f"per push to main (main.yaml builds only what changed, `qnn-release changed`): editing one model is 4 jobs, "
         f"about {e.edit_minutes:,.0f} runner minutes; changing the SDK, the tool's pin or qnn-release's source is "
         f"every model's precompile and smoke, {2 + 2 * e.models:,} jobs, about {e.all_minutes:,.0f} runner minutes",

@@ -189,9 +189,10 @@ def test_jobs_holding_write_tokens_install_exact_versions():
 
 
 def test_the_sdk_bump_pull_request_builds_every_model_and_compares_with_the_latest_release():
-    """#44 item 2: the bump's pull request builds every target with the new pin (one job per model, matrices of at
-    most 256, as a release shards them), packages them, compares with the latest release, comments the table and
-    fails on a regression unless the label accepts it; only for the bump's own branch of this repository."""
+    """#44 item 2: the bump's pull request builds every target with the new pins as a release does (one job per
+    model, matrices of at most 256, as a release shards them), packages them, compares with the latest release,
+    comments the table and fails on a regression unless the label accepts it; only for the bump's own branch of
+    this repository."""
     from ci_tools.matrix.schema import load_matrix
 
     wf = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump-check.yaml").read_text())
@@ -205,3 +206,12 @@ def test_the_sdk_bump_pull_request_builds_every_model_and_compares_with_the_late
     assert 'compare "$GITHUB_REPOSITORY@latest" dist/release' in run and "gh pr comment" in run
     assert '[ "$rc" = 13 ] && [ "$ACCEPTED" = true ]' in run
     assert any("sdk-bump-accepted" in str(s.get("env", {})) for s in compare["steps"])
+    # like with like: built and packaged as a release does, the qairt route in the image of the new pins, which each
+    # job builds for itself without pushing it (a pull request never pushes the SDK image)
+    for job in [*builds, "compare"]:
+        steps = wf["jobs"][job]["steps"]
+        image = next(s for s in steps if str(s.get("uses", "")).startswith("docker/build-push-action"))
+        assert image["with"]["load"] is True and "push" not in image["with"] and "outputs" not in image["with"]
+        docker = [s["run"] for s in steps if "docker run" in s.get("run", "")]
+        assert docker and all("--backend qairt" in r and '"$REF"' in r for r in docker), docker
+    assert "onnxruntime-qnn" not in yaml.safe_dump(wf)  # the embedded route is not what a release builds with
