@@ -42,8 +42,8 @@ def child(n: int, work: Path, publish: bool) -> dict:
     from ci_tools.release.page import page_data, render_page
     from ci_tools.sources.store import sha256_file
     from ci_tools.workflows.render import render_all
-    from tests import models
     from tests.conftest import SDK_SECTION
+    from tests.support import models
 
     cat = load_catalog()
     chips = [c.name for c in cat.socs]  # all 55; w8a16, which every HTP arch builds (fp16 needs v69+)

@@ -6,7 +6,10 @@ installed editable from this checkout into both; both builds run one after the o
 into its own folder with its own target store, then `qnn-release compare OLD NEW` prints the table
 (docs/measurements.md holds the last one).
 
-Usage: python benchmarks/sdk_bump.py [--old 2.6.0] [--new 2.7.0] [--matrix F] [--model M] [--work DIR]
+Usage: python benchmarks/sdk_bump.py [--old 2.6.0] [--new 2.7.0] [--matrix F] [--model M] [--soc S] [--precision P]
+    [--work DIR]
+
+A recipe on one chip: ``--matrix matrix/whisper.yaml --soc SM8750 --precision fp16`` (and ``matrix/tts.yaml``).
 """
 
 from __future__ import annotations
@@ -51,10 +54,13 @@ def main() -> None:
     p.add_argument("--new", default="2.7.0")
     p.add_argument("--matrix", default=str(REPO / "matrix" / "models.yaml"))
     p.add_argument("--model", action="append", default=[])
+    p.add_argument("--soc", action="append", default=[])
+    p.add_argument("--precision", action="append", default=[])
     p.add_argument("--work", type=Path, default=Path("/tmp/qnn-sdk-bump-bench"))
     a = p.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
-    args = ["--matrix", a.matrix, *(x for m in a.model for x in ("--model", m))]
+    args = ["--matrix", a.matrix, *(x for k in ("model", "soc", "precision") for v in getattr(a, k)
+                                    for x in (f"--{k}", v))]
     seconds = {}
     for version in (a.old, a.new):
         seconds[version] = build(venv(a.work, version), a.work / f"dist-{version}", args, a.work)

@@ -59,6 +59,13 @@ SDK_SECTION = {
 }
 
 
+@pytest.fixture
+def repo(tmp_path):
+    """A repository folder with models/ (a test's own, where its module defines none)."""
+    (tmp_path / "models").mkdir()
+    return tmp_path
+
+
 def write_matrix(repo: Path, models: list[dict]) -> Path:
     """A matrix file at <repo>/matrix/models.yaml; `path` sources are relative to <repo>."""
     import yaml
@@ -106,3 +113,25 @@ def sdk_line_python(version: str) -> Path:
             (folder / ".complete").write_text(version)
     return python
 
+
+
+# fixtures shared by the two tiers, made by tests/support (imported when used: those modules import this one)
+@pytest.fixture
+def parts(tmp_path):
+    from tests.support.parts_source import make_parts
+
+    return make_parts(tmp_path)
+
+
+@pytest.fixture
+def onnx_bytes(tmp_path):
+    from tests.support.sources import make_onnx_bytes
+
+    return make_onnx_bytes(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from tests.support.whisper import make_tiny
+
+    return make_tiny(tmp_path_factory)

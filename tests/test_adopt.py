@@ -1,7 +1,7 @@
 """#43: a team adopts qnn-release from a repository of its own: `init` in an empty git repository writes a matrix
 pinned to one commit of qnn-release and the workflows rendered from it, nothing of qnn-release's source; a model of
-their own is added; the release pipeline runs through the rendered workflows (tests/workflow_runner.py), the tool
-coming from a local copy standing in for the pinned commit, through package and publish to the stand-in GitHub;
+their own is added; the release pipeline runs through the rendered workflows (tests/support/workflow_runner.py), the
+tool coming from a local copy standing in for the pinned commit, through package and publish to the stand-in GitHub;
 an upgrade moves the pin and nothing else."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import models
 from tests.conftest import REPO, run_cli
 from tests.fakes.fake_github import FakeGitHub
 from tests.fakes.fake_qairt import make_fake_sdk
-from tests.workflow_runner import Runner
+from tests.support import models
+from tests.support.workflow_runner import Runner
 
 TOOL_REPO, OLD, NEW = "acme/qnn-release", "1" * 40, "2" * 40
 OWNER_REPO = "Acme-Labs/speech-models"

@@ -9,15 +9,15 @@ import pytest
 from ci_tools.builder.orchestrate import BuildSettings, TargetFilter, build
 from ci_tools.compile import backends
 from ci_tools.matrix.schema import load_matrix
-from tests import models
 from tests.conftest import path_model, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 
 
 @pytest.fixture
 def matrix(tmp_path, monkeypatch):
-    monkeypatch.setitem(backends.BACKENDS, "interrupting", "tests.interrupting_backend:InterruptingBackend")
+    monkeypatch.setitem(backends.BACKENDS, "interrupting", "tests.support.interrupting_backend:InterruptingBackend")
     (tmp_path / "models").mkdir()
     f = models.mlp(tmp_path / "models" / "m.onnx", dynamic_batch=False)
     return load_matrix(write_matrix(tmp_path, [path_model(tmp_path, "m", f, chips=["SM8550", "SM8650", "SM8750"])]))

@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from ci_tools.compile import qnn_ep
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -61,7 +61,7 @@ def test_a_changed_export_script_exports_again(tmp_path):
     (repo / "scripts").mkdir()
     np.savez(repo / "models" / "ckpt.npz", w=np.random.default_rng(0).standard_normal((16, 4)))
     script = repo / "scripts" / "export.py"
-    source = (REPO / "tests" / "export_mlp.py").read_text()
+    source = (REPO / "tests" / "support" / "export_mlp.py").read_text()
     script.write_text(source)
     model = path_model(repo, "exp", repo / "models" / "ckpt.npz", graphs=[{"name": "encoder", "file": "encoder.onnx"}],
                        chips=["SM8750"], export={"command": ["python", "scripts/export.py", "{src}/ckpt.npz", "{out}"],

@@ -27,6 +27,7 @@ from ci_tools.release.publish import publish
 from ci_tools.sources.store import sha256_file
 from tests.conftest import REPO
 from tests.fakes.fake_github import FakeGitHub
+from tests.support.clients import _python_chip
 
 OWNER_REPO, TAG, SDK = "acme/models", "v3.1.0", "2.40.0.251030"
 SCRIPT = REPO / FETCH_SH
@@ -35,12 +36,6 @@ COMMONS_COMPRESS = Path("/usr/share/java/commons-compress.jar")
 
 
 # -- the spellings ------------------------------------------------------------------------------
-
-def _python_chip(cat, spelling: str) -> str:
-    try:
-        return cat.resolve(spelling).name
-    except QnnReleaseError:
-        return "none"
 
 
 def _variants(cat) -> list[str]:

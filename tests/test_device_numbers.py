@@ -19,8 +19,8 @@ from ci_tools.cli import main
 from ci_tools.device.numbers import DeviceRun
 from ci_tools.release.metadata import SCHEMA_FILE
 from ci_tools.sources.store import sha256_file
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 qc = pytest.importorskip("qai_hub.client")
@@ -310,12 +310,6 @@ def test_without_a_token_nothing_is_sent_and_the_release_says_no_device_numbers(
     assert numbers["note"].startswith("no device numbers: QAI_HUB_API_TOKEN is not set")
     assert {r["status"] for r in numbers["targets"].values()} == {"skipped"}
     (built["out"] / "device-numbers.json").unlink()
-
-
-def _whisper_like_model():
-    from types import SimpleNamespace
-
-    return SimpleNamespace(verify=SimpleNamespace(kind="transcript"))
 
 
 # -- a phone on adb -------------------------------------------------------------------------------

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from ci_tools.matrix.schema import Thresholds
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 
 
 def _env(cache):
@@ -59,12 +57,6 @@ def data_sized(path):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])],
                           [numpy_helper.from_array(np.array(0, np.float32), "zero")])
     return models.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-
-
-@pytest.fixture
-def repo(tmp_path):
-    (tmp_path / "models").mkdir()
-    return tmp_path
 
 
 def test_one_graph_failing_in_prepare_stops_nothing_else(repo, tmp_path):
@@ -159,8 +151,6 @@ def test_repeated_filters_add_up_in_plan_and_build(repo, tmp_path):
 
 # -- verification, unit by unit --------------------------------------------------------------------------
 
-FP16 = Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=1e-3)
-
 
 def outer_scope_if(path):
     """An If whose branches read a value from the outer graph and whose condition comes from the data:
@@ -252,24 +242,6 @@ def test_release_notes_say_plainly_when_there_are_no_runtime_libraries(repo, tmp
     assert "`com.qualcomm.qti:onnxruntime-android-qnn:2.7.0`" in notes
     assert "> Warning: the binaries were compiled with QNN 2.51" in notes and "pins QAIRT 2.40.0.251030" in notes
     assert "warning: the binaries were compiled with QNN" in r.stderr
-
-
-def _flow(nodes, inputs, inits=()):
-    from ci_tools.compile.inspection import _dims, control_flow, suggest_graph
-
-    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    records = [{"name": v.name, "dtype": "int64" if v.type.tensor_type.elem_type == TensorProto.INT64 else "float32",
-                "dims": _dims(v)} for v in m.graph.input]
-    return {c["node"]: c for c in control_flow(m, suggest_graph(Path("m.onnx"), records))}
-
-
-def _branches(tag):
-    return {"then_branch": helper.make_graph([helper.make_node("Identity", ["x"], [f"{tag}t"])], "t", [],
-                                             [helper.make_tensor_value_info(f"{tag}t", TensorProto.FLOAT, None)]),
-            "else_branch": helper.make_graph([helper.make_node("Neg", ["x"], [f"{tag}e"])], "e", [],
-                                             [helper.make_tensor_value_info(f"{tag}e", TensorProto.FLOAT, None)])}
 
 
 def test_inspect_finds_lengths_a_strided_detector_takes_and_the_entry_pastes_into_a_matrix(tmp_path):

@@ -9,9 +9,9 @@ import os
 import onnx
 
 from ci_tools.sources.store import sha256_file
-from tests import models
 from tests.conftest import run_cli, write_matrix
 from tests.fakes.fake_index import FakeIndex
+from tests.support import models
 
 
 def test_external_data_from_a_pip_source_builds_and_the_wheel_needs_no_matching_python(tmp_path):

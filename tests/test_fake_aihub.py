@@ -28,9 +28,7 @@ from qai_hub.client import (
 )
 
 from tests.fakes.fake_aihub import DEFAULT_DEVICES, FakeAIHub, JobFailure
-
-REPO = Path(__file__).resolve().parent.parent
-ELITE = "Snapdragon 8 Elite QRD"
+from tests.support.fake_aihub import ELITE
 
 
 @pytest.fixture(autouse=True)

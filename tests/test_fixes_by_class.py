@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 
 
 def _build(tmp_path, fixes, name):

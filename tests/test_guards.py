@@ -11,26 +11,16 @@ import onnx
 import pytest
 
 from ci_tools.errors import CompileError, PublishError
-from ci_tools.matrix.schema import load_matrix
-from ci_tools.prepare.graph import prepare
 from ci_tools.release.github import Connection
 from ci_tools.release.publish import publish
-from ci_tools.sources.store import SourceStore
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fakes.fake_github import FakeGitHub
 from tests.fakes.fake_qairt import make_fake_sdk
-from tests.release_fixture import make_release
+from tests.support import models
+from tests.support.guards import _prepared
+from tests.support.release_fixture import make_release
 
 REPO, TAG = "acme/models", "v1.0.0"
-
-
-def _prepared(tmp_path, onnx_file, name="m", **extra):
-    matrix = write_matrix(tmp_path, [path_model(tmp_path, name, onnx_file, **{"chips": ["SM8750"], **extra})])
-    loaded = load_matrix(matrix)
-    model = loaded.matrix.model(name)
-    src = SourceStore(tmp_path / "c", loaded.root).materialize(model, tmp_path / "c" / "src")
-    return loaded, model, prepare(model, model.graphs[0], src, tmp_path / "c" / "prepared", "t")
 
 
 def test_ort_refuses_a_binary_compiled_for_another_chip_than_asked(tmp_path, monkeypatch):

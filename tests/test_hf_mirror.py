@@ -6,16 +6,7 @@ import os
 from tests.conftest import run_cli
 from tests.fakes.fake_github import FakeGitHub
 from tests.fakes.fake_hf import FakeHub
-from tests.release_fixture import make_release
-
-
-class RecordingApi:
-    def __init__(self):
-        self.calls = []
-
-    def create_commit(self, **kw):
-        self.calls.append(kw)
-        return type("CommitInfo", (), {"oid": "abc123"})()
+from tests.support.release_fixture import make_release
 
 
 def test_publish_mirrors_to_a_hub_in_one_commit_over_http(tmp_path):

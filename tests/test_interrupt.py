@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests import models
 from tests.conftest import REPO, path_model, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 

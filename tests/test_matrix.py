@@ -5,10 +5,9 @@ import re
 import pytest
 
 from ci_tools.matrix.schema import SCHEMA_FILE, json_schema
-from tests.conftest import DEMO_MATRIX, run_cli
+from tests.conftest import run_cli
+from tests.support.matrix import SRC, VAD_TAIL
 
-SRC = DEMO_MATRIX.read_text()
-VAD_TAIL = "    precisions: [fp16]\n    chips: [flagship, QCS9100]\n\n  - name: rapidocr"
 CLS_INPUT = "inputs: {x: [1, 3, 48, 192]}"
 
 BROKEN = {

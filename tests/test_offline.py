@@ -10,7 +10,7 @@ import pytest
 
 from ci_tools.cli.app import main
 from tests.conftest import path_model, write_matrix
-from tests.release_fixture import make_release
+from tests.support.release_fixture import make_release
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def _hub_matrix(tmp_path):
 
 
 def _pip_matrix(tmp_path):
-    from tests import models
+    from tests.support import models
 
     (tmp_path / "repo" / "models").mkdir(parents=True)
     m = path_model(tmp_path / "repo", "x", models.mlp(tmp_path / "repo" / "models" / "mlp.onnx"), chips=["SM8750"])

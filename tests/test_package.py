@@ -16,9 +16,9 @@ from ci_tools.compile import qnn_ep
 from ci_tools.release.github import Connection
 from ci_tools.release.metadata import SCHEMA_FILE
 from ci_tools.sources.store import sha256_file
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fakes.fake_qairt import make_fake_sdk
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 

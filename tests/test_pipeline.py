@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from ci_tools.release.github import Connection
-from tests import models
 from tests.conftest import REPO, run_cli
 from tests.fakes.fake_github import FakeGitHub
 from tests.fakes.fake_qairt import make_fake_sdk
-from tests.workflow_runner import Runner
+from tests.support import models
+from tests.support.workflow_runner import Runner
 
 PINS = {"revision": "a" * 40, "sha256": "b" * 64}
 OWNER_REPO = "Acme-Labs/speech-models"
@@ -47,23 +47,6 @@ def _repo(tmp_path: Path, chips=("SM8750", "SM8550"), name="m", pins=PINS) -> Pa
                           "generated_inputs_ok": "a random-weight test MLP: it has no data of its own"}]}
     (repo / "matrix" / "models.yaml").write_text(yaml.safe_dump(matrix, sort_keys=False))
     return repo
-
-
-def _uploads(job: dict) -> list[str]:
-    """Artifact names a job uploads when it succeeds (evidence uploads on failure() do not count)."""
-    return [s["with"]["name"] for s in job.get("steps", [])
-            if s.get("uses", "").startswith("actions/upload-artifact@") and "failure()" not in str(s.get("if", ""))]
-
-
-def _downloads(job: dict) -> list[str]:
-    return [s["with"].get("name") or s["with"]["pattern"] for s in job.get("steps", [])
-            if s.get("uses", "").startswith("actions/download-artifact@")]
-
-
-def _expand_names(name: str, model: str, includes: list[dict]) -> list[str]:
-    """An artifact name of the export workflow for one model and each of its matrix entries."""
-    name = re.sub(r"\$\{\{\s*inputs\.model\s*\}\}", model, name)
-    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m, e=e: str(e[m[1]]), name) for e in includes]
 
 
 @pytest.fixture
@@ -151,7 +134,7 @@ def test_a_chip_job_without_the_precompile_artifact_fails_instead_of_converting(
 def test_pre_release_tags_are_published_as_pre_releases_with_changes_since_the_last_release(release_run, tmp_path):
     runner, wf, gh = release_run
     from ci_tools.release.publish import publish
-    from tests.release_fixture import make_release
+    from tests.support.release_fixture import make_release
 
     publish(make_release(tmp_path / "old"), OWNER_REPO, "v1.0.0",
             via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli
+from tests.support.plan import V85_MODEL
 
 
 def test_plan_json_on_demo_lists_five_chips():
@@ -21,11 +22,6 @@ def test_plan_unknown_filters_are_usage_errors():
     assert r.returncode == 2 and "did you mean 'silero-vad'?" in r.stderr
     r = run_cli("plan", "--soc", "SM8751")
     assert r.returncode == 2 and "did you mean SM8750?" in r.stderr
-
-
-V85_MODEL = {"name": "tiny", "description": "x", "license": "MIT", "graphs": [{"name": "g", "file": "m.onnx"}],
-             "precisions": ["w8a16"], "chips": ["SM8975", "SM8750"],
-             "source": {"kind": "path", "path": "m.onnx", "sha256": "0" * 64}}
 
 
 def test_plan_cli_refuses_v85_naming_the_version_and_the_route(tmp_path):

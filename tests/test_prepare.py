@@ -12,16 +12,10 @@ import pytest
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.prepare.graph import prepare
 from ci_tools.sources.store import SourceStore
-from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
+from tests.support import models
 
-
-def _prepare(matrix_path, cache, name="m"):
-    loaded = load_matrix(matrix_path)
-    model = loaded.matrix.model(name)
-    store = SourceStore(cache, loaded.root)
-    src = store.materialize(model, cache / "src" / name)
-    return [prepare(model, g, src, cache / "prepared", "test") for g in model.graphs]
+EXPORT_MLP = REPO / "tests" / "support" / "export_mlp.py"
 
 
 def test_export_command_produces_the_graph(tmp_path):
@@ -31,7 +25,7 @@ def test_export_command_produces_the_graph(tmp_path):
     np.savez(repo / "models" / "ckpt.npz", w=np.random.default_rng(0).standard_normal((16, 4)))
     model = path_model(repo, "exp", repo / "models" / "ckpt.npz",
                        graphs=[{"name": "encoder", "file": "encoder.onnx"}], chips=["SM8650"],
-                       export={"command": ["python", str(REPO / "tests" / "export_mlp.py"), "{src}/ckpt.npz", "{out}"],
+                       export={"command": ["python", str(EXPORT_MLP), "{src}/ckpt.npz", "{out}"],
                                "outputs": ["encoder.onnx"]})
     matrix = write_matrix(repo, [model])
     out = tmp_path / "dist"
@@ -49,7 +43,7 @@ def test_failing_export_is_reported(tmp_path):
     (repo / "models" / "ckpt.npz").write_bytes(b"not a checkpoint")
     model = path_model(repo, "exp", repo / "models" / "ckpt.npz", chips=["SM8650"],
                        graphs=[{"name": "encoder", "file": "encoder.onnx"}],
-                       export={"command": ["python", str(REPO / "tests" / "export_mlp.py"), "{src}/ckpt.npz", "{out}"],
+                       export={"command": ["python", str(EXPORT_MLP), "{src}/ckpt.npz", "{out}"],
                                "outputs": ["encoder.onnx"]})
     matrix = write_matrix(repo, [model])
     r = run_cli("build", "--matrix", str(matrix), "--out", str(tmp_path / "dist"),

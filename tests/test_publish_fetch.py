@@ -16,7 +16,7 @@ from ci_tools.release.github import Connection
 from ci_tools.release.publish import publish
 from tests.conftest import run_cli
 from tests.fakes.fake_github import FakeGitHub
-from tests.release_fixture import SDK, make_release
+from tests.support.release_fixture import SDK, make_release
 
 REPO, TAG = "acme/models", "v1.0.0"
 

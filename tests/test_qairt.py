@@ -16,9 +16,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ci_tools.compile.backends import qairt
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fakes.fake_qairt import make_fake_sdk
+from tests.support import models
 
 
 @pytest.fixture
@@ -183,23 +183,6 @@ def test_a_binary_in_channel_last_layout_is_fed_and_read_back_in_its_layout(tmp_
     stub = onnx.load(str(folder / "enc_ctx.onnx"))
     assert [d.dim_value for d in stub.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 8, 8]
     assert [n.op_type for n in stub.graph.node].count("Transpose") == 2
-
-
-def _run_stub_around_identity(stub: Path, feeds: dict) -> list[np.ndarray]:
-    """Run a stub with its EPContext node replaced by what a binary that copies its input would do."""
-    import onnxruntime as ort
-
-    m = onnx.load(str(stub))
-    nodes = list(m.graph.node)
-    i = next(k for k, n in enumerate(nodes) if n.op_type == "EPContext")
-    ctx = nodes[i]
-    copies = [helper.make_node("Identity", [ctx.input[0]], [o], name=f"copy_{o}") for o in ctx.output]
-    del m.graph.node[:]
-    m.graph.node.extend(nodes[:i] + copies + nodes[i + 1:])
-    del m.opset_import[:]
-    m.opset_import.extend([helper.make_opsetid("", 21)])
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
 
 
 def test_a_graph_without_weights_converts_without_a_bin_file(tmp_path, sdk):  # audit #17

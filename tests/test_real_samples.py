@@ -6,23 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import wave
 
 import numpy as np
 import pytest
 
 from ci_tools.errors import ConfigError
-from ci_tools.matrix.schema import Stream, Thresholds
-from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
-
-TH = Thresholds(min_cosine=0.999, min_snr_db=20.0, max_abs=0.03)
-VAD_STREAM = Stream(carry={"stateN": "state"}, decisions={"output": 0.5}, range={"output": [0, 1]})
-
-
-def _streams(probs: list[float], state_scale: float = 1.0):
-    """One stream of (output [1, 1], stateN [2, 1, 4]) steps."""
-    return [[np.array([[p]], np.float32), np.full((2, 1, 4), p * state_scale, np.float32)] for p in probs]
+from tests.support import models
+from tests.support.real_samples import _path_samples, _wav
 
 
 def _npz_samples(folder, scale: float, n: int = 3):
@@ -38,15 +29,6 @@ def _build(tmp_path, model, *extra):
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out), *extra,
                 env={**os.environ, "QNN_RELEASE_CACHE": str(tmp_path / "cache")})
     return r, json.loads((out / "build-report.json").read_text())["targets"][0]
-
-
-def _path_samples(tmp_path, files: list[str], **front_end):
-    from ci_tools.sources.store import sha256_file
-
-    parts = [{"kind": "path", "path": f, "sha256": sha256_file(tmp_path / f)} for f in files]
-    return {"description": "test samples", "license": "CC0-1.0",
-            "source": parts[0] if len(parts) == 1 else {"kind": "parts", "sources": parts},
-            "front_end": front_end or {"kind": "npz"}}
 
 
 @pytest.mark.emulator
@@ -89,14 +71,6 @@ def test_adding_real_samples_reverifies_and_fp16_overflow_is_named_before_any_ch
     r, t = _build(tmp_path, {**base, "samples": _path_samples(tmp_path, files)})
     assert r.returncode == 0, t.get("error")
     assert t["verified_on"] == "real-samples" and t["verify_samples"] == 3 and "real samples" in r.stdout
-
-
-def _wav(path, x: np.ndarray, rate: int = 16000):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1 - 2**-15) * 32768).astype("<i2").tobytes())
 
 
 WRITE_AUDIO = """

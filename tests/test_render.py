@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from ci_tools.workflows.jobs import MAX_JOBS
-from tests import models
 from tests.conftest import REPO, path_model, run_cli, write_matrix
+from tests.support import models
 
 WORKFLOWS = REPO / ".github" / "workflows"
 BIN = Path(sys.executable).parent

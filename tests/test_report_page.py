@@ -19,8 +19,8 @@ import pytest
 
 from ci_tools.release.manifest import SCHEMA_FILE as MANIFEST_SCHEMA
 from ci_tools.sources.store import sha256_file
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 
 pytest.importorskip("onnxruntime_qnn")
 OWNER_REPO, TAG = "acme/models", "v1.2.0"
@@ -319,7 +319,7 @@ def test_packaged_manifest_matches_its_committed_schema(released):
 
 def test_pages_site_indexes_every_release_with_its_page(released, tmp_path):
     from tests.fakes.fake_github import FakeGitHub
-    from tests.release_fixture import make_release
+    from tests.support.release_fixture import make_release
 
     with FakeGitHub() as gh:
         env = {**released["env"], "GITHUB_API_URL": gh.url, "GITHUB_TOKEN": gh.state.token}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ci_tools.release.runtime import loads_on, runtime_needed
-from tests import models
 from tests.conftest import sdk_line_python
+from tests.support import models
 
 PROBE = Path(__file__).parent / "scripts" / "qnn_runtime_probe.py"
 OLDER = "2.6.0"  # onnxruntime-qnn: QNN 2.50.40; the venv's own is the matrix's pin (2.7.0: QNN 2.51.0)

@@ -10,8 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from tests import models
 from tests.conftest import path_model, run_cli, write_matrix
+from tests.support import models
 from tests.test_real_samples import _path_samples
 
 pytestmark = pytest.mark.emulator

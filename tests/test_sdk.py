@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import models
 from tests.conftest import DEMO_MATRIX, REPO, path_model, run_cli, write_matrix
 from tests.fakes.fake_hf import FakeHub
 from tests.fakes.fake_qairt import make_fake_sdk
-
-VERSION = "2.40.0.251030"
-REPO_ID = "csukuangfj/qnn-toolkit"
+from tests.support import models
+from tests.support.sdk import FLOW, REPO_ID, VERSION
 
 
 def sdk_zip(tmp_path: Path, extra: list[tuple[str, bytes, int]] = ()) -> bytes:
@@ -276,24 +274,6 @@ def test_env_lines_are_absolute_and_prepend(hub, tmp_path):
     assert lines["ANDROID_NDK_ROOT"] == str(ndk)
     r = run_cli("sdk", "env", "--matrix", str(matrix), "--dest", "opt", cwd=work, env={**os.environ, **env})
     assert r.stdout == "\n".join(f"{k}={v}" for k, v in lines.items()) + "\n"
-
-
-FLOW = f"""version: 1
-sdk:
-  # the SDK
-  qairt: [{{version: {VERSION}, hf_repo: {REPO_ID}, file: v{VERSION}.zip}}]  # flow style, no pins yet
-  onnxruntime_qnn: 2.7.0
-"""
-
-BLOCK = f"""version: 1
-sdk:
-  qairt:
-    - version: {VERSION}   # the default
-      hf_repo: {REPO_ID}
-      file: v{VERSION}.zip
-      revision:
-  onnxruntime_qnn: 2.7.0  # last
-"""
 
 
 def test_record_writes_flow_style_and_says_recorded_only_when_it_changed(hub, tmp_path):

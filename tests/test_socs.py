@@ -1,10 +1,6 @@
 import json
-import re
-
-import yaml
 
 from ci_tools.catalog.socs import load_catalog
-from ci_tools.paths import REPO_ROOT
 from tests.conftest import run_cli
 
 EXPECTED = {"SM8550": (43, "v73"), "SM8650": (57, "v75"), "SM8750": (69, "v79"),
@@ -29,18 +25,6 @@ def test_cli_resolve_and_unknown_exit_code():
     r = run_cli("socs", "--resolve", "SM9999")
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "unknown chip 'SM9999'" in r.stderr and "Traceback" not in r.stderr
-
-
-RESEARCH = yaml.safe_load((REPO_ROOT / "tests" / "data" / "research_chips.yaml").read_text())["chips"]
-BUILT = [r for r in RESEARCH if r.get("soc_model") is not None and r.get("htp") is not None]
-
-
-def _research_spellings(row):
-    names = [row["name"], row["name"].lower()]
-    for a in row.get("aliases", []):
-        m = re.fullmatch(r"soc_id (\d+)", a)
-        names.append(f"soc_id:{m.group(1)}" if m else a)
-    return names
 
 
 def test_cli_filters_and_stable_json():

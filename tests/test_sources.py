@@ -9,21 +9,11 @@ from http.server import SimpleHTTPRequestHandler
 import pytest
 
 from ci_tools.errors import SourceError
-from ci_tools.matrix.schema import Model, UrlSource
+from ci_tools.matrix.schema import UrlSource
 from ci_tools.sources.store import SourceStore
-from tests import models
 from tests.fakes.fake_hf import FakeHub
 from tests.fakes.local_server import LocalServer
-
-
-def _model(source) -> Model:
-    return Model.model_validate({"name": "m", "description": "m", "license": "MIT", "source": source,
-                                 "graphs": [{"name": "g", "file": "m.onnx"}], "chips": ["SM8750"]})
-
-
-@pytest.fixture
-def onnx_bytes(tmp_path):
-    return models.mlp(tmp_path / "m.onnx", dynamic_batch=False).read_bytes()
+from tests.support.sources import _model
 
 
 def test_hf_source_downloads_pinned_revision_and_checks_sha(tmp_path, onnx_bytes, monkeypatch):

@@ -1,6 +1,6 @@
 """The Whisper recipe: checkpoint readers, export, reference decoder, transcript verification, archive.
 
-Checkpoints are tiny random-weight Whispers written by the tests in both formats (tests/whisper_tiny.py);
+Checkpoints are tiny random-weight Whispers written by the tests in both formats (tests/support/whisper_tiny.py);
 CTranslate2 (an independent implementation, faster-whisper's engine) reads the same files.
 """
 
@@ -23,25 +23,11 @@ import yaml
 
 from ci_tools.errors import ConfigError
 from ci_tools.matrix.schema import load_matrix
-from ci_tools.recipes.whisper import check, export, runtime
+from ci_tools.recipes.whisper import check, runtime
 from ci_tools.recipes.whisper.package import _wav_bytes
-from tests import whisper_tiny as wt
 from tests.conftest import REPO, SDK_SECTION, readme_commands, run_cli
-
-CLIPS = REPO / "clips" / "whisper"
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """One tiny checkpoint in three forms (CTranslate2 fp32 and fp16, sharded safetensors), and the fp32 export."""
-    root = tmp_path_factory.mktemp("whisper")
-    d = wt.dims()
-    w = wt.weights(d, seed=3)
-    wt.write_ctranslate2(root / "ct2", d, w, dtype="float32")
-    wt.write_ctranslate2(root / "ct2-fp16", d, w, dtype="float16")
-    wt.write_safetensors(root / "hf", d, w, shards=2)
-    export.export(root / "ct2", root / "exp")
-    return root, d, w
+from tests.support import whisper_tiny as wt
+from tests.support.whisper import CLIPS, _speech_with_pauses
 
 
 def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
@@ -294,18 +280,6 @@ def test_real_whisper_base_export_transcribes_as_ctranslate2(real_base):
     assert texts["compile.wav"] == "Please compile every graph for every chip before the release."
     clips = check.load_clips(loaded.root, model.verify.clips)
     assert check.wer([(c.text, texts[c.name]) for c in clips]) <= 0.05
-
-
-def _speech_with_pauses(parts: list[np.ndarray], pause: float, lead: float) -> tuple[np.ndarray, list]:
-    """The parts one after another with `pause` seconds of silence between them, after `lead` seconds;
-    and where each part lies (samples)."""
-    rate, out, where = runtime.SAMPLE_RATE, [np.zeros(int(lead * runtime.SAMPLE_RATE), np.float32)], []
-    at = out[0].size
-    for a in parts:
-        where.append((at, at + a.size))
-        out += [a, np.zeros(int(pause * rate), np.float32)]
-        at += a.size + int(pause * rate)
-    return np.concatenate(out), where
 
 
 @pytest.mark.network

@@ -3,4 +3,4 @@ spawned, so a patch made in the parent would not reach them): registers the test
 
 from ci_tools.compile import backends
 
-backends.BACKENDS["interrupting"] = "tests.interrupting_backend:InterruptingBackend"
+backends.BACKENDS["interrupting"] = "tests.support.interrupting_backend:InterruptingBackend"

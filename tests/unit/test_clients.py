@@ -7,7 +7,7 @@ from __future__ import annotations
 from ci_tools.catalog.socs import load_catalog
 from ci_tools.release.clients import FETCH_SH, JAVA, MARKER, norm, render_clients, spelling_table
 from tests.conftest import REPO
-from tests.test_clients import _python_chip
+from tests.support.clients import _python_chip
 
 
 def test_generated_clients_are_current_and_marked():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ci_tools.device.numbers import DeviceRun, Latency, on_device
-from tests.test_device_numbers import _whisper_like_model
+from tests.support.device_numbers import _whisper_like_model
 
 
 def test_a_speech_model_gets_its_real_time_factor_and_time_to_first_token():

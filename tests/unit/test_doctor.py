@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 from ci_tools.compile.verify import Judging, check
 from ci_tools.errors import VerifyError
 from ci_tools.matrix.schema import Thresholds
-from tests import models
 from tests.conftest import path_model, write_matrix
-from tests.test_doctor import FP16, _branches, _flow, repo  # noqa: F401 (fixtures by name)
+from tests.support import models
+from tests.support.doctor import FP16, _branches, _flow
 
 
 def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees():

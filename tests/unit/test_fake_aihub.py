@@ -7,7 +7,7 @@ from __future__ import annotations
 import yaml
 
 from tests.fakes.fake_aihub import DEFAULT_DEVICES
-from tests.test_fake_aihub import ELITE, REPO
+from tests.support.fake_aihub import ELITE, REPO
 
 
 def test_default_devices_agree_with_the_chip_catalog():

@@ -103,8 +103,8 @@ def test_prepare_applies_the_declared_fixes_and_warns_of_a_layer_htp_computes_wr
     page carry prepare's warnings) and names the fix; declared, the layer is rewritten and the warning goes. A
     grouped linear Einsum over a dynamic time axis is rewritten once the matrix fixes the length."""
     from tests.conftest import path_model, write_matrix
-    from tests.models import save
-    from tests.test_prepare import _prepare
+    from tests.support.models import save
+    from tests.support.prepare import _prepare
 
     (tmp_path / "models").mkdir()
     m = _convtranspose(group=4, pads=(0, 1, 0, 1), out_pad=(0, 1), bias=True)

@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ci_tools.prepare.graph import run_cpu
-from tests import models
-from tests.test_guards import _prepared
+from tests.support import models
+from tests.support.guards import _prepared
 
 
 def test_an_int64_input_passed_straight_through_gets_an_identity(tmp_path):

@@ -7,8 +7,8 @@ from pathlib import Path
 from huggingface_hub import CommitOperationAdd
 
 from ci_tools.release.hf_mirror import mirror
-from tests.release_fixture import make_release
-from tests.test_hf_mirror import RecordingApi
+from tests.support.hf_mirror import RecordingApi
+from tests.support.release_fixture import make_release
 
 
 def test_mirror_commits_every_asset_once(tmp_path):

@@ -4,9 +4,11 @@ longer than a screen (issue #22). A move that breaks the direction fails here, n
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent.parent / "ci_tools"
+REPO = Path(__file__).resolve().parent.parent.parent
+PKG = REPO / "ci_tools"
 
 # The flow, earliest first: a module may import from its own layer or an earlier one, never a later one.
 # errors, paths and qairt_zip (standard library only: the Dockerfile copies it alone into the SDK image) sit
@@ -181,3 +183,15 @@ def test_no_function_takes_more_than_eight_parameters():
                 if n > MAX_PARAMETERS:
                     wide.append(f"{p.relative_to(PKG.parent)}:{node.lineno} {node.name} ({n} parameters)")
     assert not wide, "pass a frozen dataclass instead:\n" + "\n".join(wide)
+
+
+def test_the_unit_tier_stands_alone():
+    """#45 item 5: no test module imports another (what two tiers share lives in tests/support/), and no helper
+    module lies loose in tests/."""
+    tests = REPO / "tests"
+    crossing = [f"{p.relative_to(REPO)}: {m[0].strip()}" for p in sorted((tests / "unit").glob("*.py"))
+                for m in re.finditer(r"^\s*from tests\.test_\w+ import .*$|^\s*import tests\.test_\w+.*$",
+                                     p.read_text(), re.M)]
+    assert not crossing, "import from tests/support/ instead:\n" + "\n".join(crossing)
+    loose = sorted(p.name for p in tests.glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py")
+    assert not loose, f"helpers belong in tests/support/: {loose}"

@@ -8,7 +8,7 @@ import pytest
 
 from ci_tools.matrix.plan import plan
 from ci_tools.matrix.schema import SCHEMA_FILE, load_matrix
-from tests.test_matrix import SRC, VAD_TAIL
+from tests.support.matrix import SRC, VAD_TAIL
 
 
 def test_fp16_on_v68_allowed_when_excluded(tmp_path):

@@ -9,7 +9,7 @@ import yaml
 
 from ci_tools.errors import ConfigError
 from ci_tools.matrix.schema import load_matrix
-from tests.test_parts_source import _matrix, parts  # noqa: F401 (fixtures by name)
+from tests.support.parts_source import _matrix
 
 
 @pytest.mark.parametrize(("mutate", "message"), [

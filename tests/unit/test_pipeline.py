@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import REPO
-from tests.test_pipeline import _downloads, _expand_names, _uploads
+from tests.support.pipeline import _downloads, _expand_names, _uploads
 
 
 def test_every_artifact_a_job_downloads_comes_from_exactly_one_job_it_needs():
@@ -55,7 +55,7 @@ def test_every_artifact_a_job_downloads_comes_from_exactly_one_job_it_needs():
 
 def test_which_jobs_run_on_a_push_a_release_and_a_manual_run():
     """In a called workflow github.* is the caller's (a release is a tag push): the `full` input decides."""
-    from tests.workflow_runner import evaluate
+    from tests.support.workflow_runner import evaluate
 
     export = yaml.safe_load((REPO / ".github" / "workflows" / "qnn-export.yaml").read_text())
     smoke, compile_ = export["jobs"]["smoke"]["if"], export["jobs"]["compile"]["if"]

@@ -4,7 +4,7 @@ The unit tier of tests/test_plan.py: no subprocess, no network, no compile (test
 
 from ci_tools.matrix.plan import plan
 from ci_tools.matrix.schema import load_matrix
-from tests.test_plan import V85_MODEL
+from tests.support.plan import V85_MODEL
 
 
 def test_plan_is_sorted_and_stable():

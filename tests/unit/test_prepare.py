@@ -8,9 +8,9 @@ import pytest
 
 from ci_tools.errors import PrepareError
 from ci_tools.prepare import graph as prepare_mod
-from tests import models
 from tests.conftest import path_model, write_matrix
-from tests.test_prepare import _prepare
+from tests.support import models
+from tests.support.prepare import _prepare
 
 
 def test_large_graph_goes_to_external_data(tmp_path, monkeypatch):

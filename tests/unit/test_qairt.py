@@ -9,7 +9,7 @@ import pytest
 
 from ci_tools.compile.backends.qairt import QNN_DTYPES, TensorIO, camel_keys, qnn_name, tensor_io, write_stub
 from ci_tools.errors import CompileError
-from tests.test_qairt import _run_stub_around_identity
+from tests.support.qairt import _run_stub_around_identity
 
 
 @pytest.mark.parametrize("name,qnn", [("a--b", "a_b"), ("_x", "__x"), ("1x", "_1x"), ("input.1", "input_1"),

@@ -14,10 +14,10 @@ import pytest
 from onnx import numpy_helper
 
 from ci_tools.prepare.quantize import quantize_graph
-from tests import models
 from tests.conftest import path_model, write_matrix
-from tests.test_prepare import _prepare
-from tests.test_quantize import _old_opset_conv, _ops, _prepared_attention, _weight_scales
+from tests.support import models
+from tests.support.prepare import _prepare
+from tests.support.quantize import _old_opset_conv, _ops, _prepared_attention, _weight_scales
 
 
 def test_prepare_keeps_the_q_k_v_projections_apart(tmp_path):
@@ -134,7 +134,7 @@ def test_a_quantized_graph_broken_on_cpu_fails_naming_the_node_and_is_never_cach
 
     from ci_tools.errors import CompileError
     from ci_tools.prepare.quantize import quantize_graph
-    from tests import models
+    from tests.support import models
 
     folder = tmp_path / "m" / "g" / "key"
     folder.mkdir(parents=True)

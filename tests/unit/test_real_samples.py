@@ -10,9 +10,9 @@ import pytest
 from ci_tools.compile.verify import Judging, check_streams, judge
 from ci_tools.errors import ConfigError
 from ci_tools.matrix.schema import Thresholds
-from tests import models
 from tests.conftest import path_model
-from tests.test_real_samples import TH, VAD_STREAM, _path_samples, _streams, _wav
+from tests.support import models
+from tests.support.real_samples import TH, VAD_STREAM, _path_samples, _streams, _wav
 
 
 def test_a_stream_with_htp_garbage_fails_naming_the_output_the_sample_and_the_step():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ci_tools.matrix.schema import Graph
 from ci_tools.prepare.recurrent import PADDING_WARNING, padding_warning
-from tests import models
+from tests.support import models
 
 
 def test_a_fixed_time_axis_of_a_bidirectional_lstm_is_warned_of(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.test_sdk import BLOCK, FLOW, REPO_ID, VERSION
+from tests.support.sdk import BLOCK, FLOW, REPO_ID, VERSION
 
 
 def test_env_lines_add_no_empty_entry_and_no_duplicates(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from ci_tools.catalog.socs import DEFAULT_CATALOG, UnknownSocError, load_catalog
 from ci_tools.errors import ConfigError
-from tests.test_socs import BUILT, RESEARCH, _research_spellings
+from tests.support.socs import BUILT, RESEARCH, _research_spellings
 
 
 @pytest.mark.parametrize("spelling", ["SM8750", "sm8750", "SM8750-AC", "sm8750-ac", " SM8750\n",

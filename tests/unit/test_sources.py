@@ -10,7 +10,7 @@ import pytest
 
 from ci_tools.errors import SourceError
 from ci_tools.sources.store import SourceStore
-from tests.test_sources import _model, onnx_bytes  # noqa: F401 (fixtures by name)
+from tests.support.sources import _model
 
 
 def test_a_file_the_matrix_no_longer_names_is_gone_from_the_source_folder(tmp_path, onnx_bytes):

@@ -19,9 +19,9 @@ from ci_tools.errors import ConfigError
 from ci_tools.matrix.plan import plan
 from ci_tools.matrix.schema import load_matrix
 from ci_tools.recipes.whisper import check, checkpoint, export, runtime
-from tests import whisper_tiny as wt
 from tests.conftest import REPO, SDK_SECTION
-from tests.test_whisper import CLIPS, _speech_with_pauses, tiny  # noqa: F401 (fixtures by name)
+from tests.support import whisper_tiny as wt
+from tests.support.whisper import CLIPS, _speech_with_pauses
 
 
 def test_both_checkpoint_formats_read_to_the_same_weights(tiny):

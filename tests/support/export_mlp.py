@@ -1,6 +1,6 @@
 """An `export` command for tests: builds the ONNX graph from a checkpoint (.npz of weights).
 
-Usage: python tests/export_mlp.py <checkpoint.npz> <out dir>
+Usage: python tests/support/export_mlp.py <checkpoint.npz> <out dir>
 """
 
 import sys
