@@ -90,8 +90,11 @@ def test_init_writes_a_matrix_and_workflows_and_no_source(tmp_path):
                     name, _, sha = action.partition("@")
                     assert actions[name]["sha"] == sha, (wf.name, action)
                 if action.startswith("actions/checkout@") and "repository" in step.get("with", {}):
-                    assert step["with"] == {"repository": TOOL_REPO, "ref": OLD, "path": ".qnn-release-tool",
-                                            "persist-credentials": False}
+                    # the pinned tool; tool-bump.yaml also checks out the newer release it found, beside it
+                    new = (wf.name, step["with"].get("path")) == ("tool-bump.yaml", ".qnn-release-tool-new")
+                    assert step["with"] == {"repository": TOOL_REPO, "persist-credentials": False, **(
+                        {"ref": "${{ steps.latest.outputs.ref }}", "path": ".qnn-release-tool-new"} if new else
+                        {"ref": OLD, "path": ".qnn-release-tool"})}
                 run = step.get("run", "")
                 # the tool's files only from its checkout, never from this repository
                 assert not re.search(r"(?<![\w/.-])(constraints\.txt|Dockerfile-2\.40|\.ci/run|ci_tools/)", run), run

@@ -220,6 +220,24 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     asset = next(a for a in manifest["assets"] if a["name"] == "tiny-whisper-float-onnx.tar.bz2")
     assert asset["kind"] == "twin" and asset["graphs"] == ["encoder", "decoder"], asset
     assert asset["on_device_compile"][0]["verified"] is True
+    # the w8a16 QDQ twin: the graphs those binaries were compiled from (Q/DQ nodes), judged against CPU on the float
+    # graphs; its README's commands run as written
+    qdq = tmp_path / "qdq"
+    with tarfile.open(out / "release" / "tiny-whisper-w8a16-onnx.tar.bz2") as tar:
+        tar.extractall(qdq, filter="data")
+    (qtop,) = qdq.iterdir()
+    qvalues = json.loads((qtop / "twin.json").read_text())
+    judged = qvalues["graphs"][0]["on_device_compile"]
+    assert qvalues["kind"] == "w8a16" and (judged["verified"] or judged["failure"]), qvalues
+    import onnx
+
+    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(qtop / "encoder.onnx")).graph.node)
+    assert not (qtop / "reference").exists()  # the float graphs it was judged against are not shipped
+    assert (qtop / "sample" / "compile.txt").read_text().strip() == expected  # CPU's answer on the float graphs
+    runs = readme_commands(qtop / "README.md", qtop)
+    assert len(runs) == 2 and all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert asset["precision"] == "float" and any(a["name"] == "tiny-whisper-w8a16-onnx.tar.bz2" and
+                                                 a["precision"] == "w8a16" for a in manifest["assets"])
     # --jit without the chip: one line saying what it needs
     r = subprocess.run([sys.executable, "-I", "transcribe.py", "--jit", "sample/compile.wav"], cwd=top,
                        env=env_clean, capture_output=True, text=True, timeout=600)

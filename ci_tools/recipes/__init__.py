@@ -70,14 +70,15 @@ class ArchiveExtras:
 
 @dataclass(frozen=True, kw_only=True)
 class TwinPart:
-    """What a recipe's twin (``release/twin.py``) is made of: the model's float graphs, the ones its fp16 binaries
-    were compiled from."""
+    """What a recipe's twin (``release/twin.py``) is made of: the graphs its binaries of a precision were compiled
+    from (float: the fp16 binaries'; a quantized precision: its QDQ graphs)."""
 
     loaded: LoadedMatrix
     report: BuildReport
     model: Model
-    graphs: dict[str, Path]  # graph -> its prepared float graph
+    graphs: dict[str, Path]  # graph -> its prepared float graph, or its QDQ graph for a quantized precision
     cache: Path
+    precision: str = "float"  # float (the fp16 binaries' graphs), or w8a16/int8: the QDQ graphs those were built from
 
 
 @dataclass(frozen=True, kw_only=True)

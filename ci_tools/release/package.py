@@ -183,7 +183,8 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
         preps = [job.prepared[(name, g.name)] for g in model.graphs]
         if recipe_for(model) is not None:
-            out += _recipe_twin(job, model, preps, soc, _licence(job.loaded, model, meta))
+            for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
+                out += _recipe_twin(job, model, preps, soc, _licence(job.loaded, model, meta), quantized)
             continue
         for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
             archive, values = twin_archive(job.tmp, model, preps, soc, _licence(job.loaded, model, meta),
@@ -202,18 +203,20 @@ def _twin_asset(archive: Path, values: dict) -> TwinAsset:
                   size=archive.stat().st_size, sha256=sha256_file(archive))
 
 
-def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licence: bytes) -> list[TwinAsset]:
-    """A recipe's model's float twin: its runtime beside the float graphs (``Recipe.twin``); none where the recipe
-    has no twin."""
+def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licence: bytes,
+                 quantized: tuple[str, dict[str, Path]] | None) -> list[TwinAsset]:
+    """A recipe's model's twin of a precision (float, or the QDQ graphs of a quantized one): its runtime beside
+    the graphs (``Recipe.twin``); none where the recipe has no twin."""
     from ..sources.store import default_cache
     from .twin import recipe_twin_archive
 
     graphs = {p.graph: p.path for p in preps}
-    extras = recipe_for(model).twin(TwinPart(loaded=job.loaded, report=job.report, model=model, graphs=graphs,
-                                             cache=default_cache()))
+    extras = recipe_for(model).twin(TwinPart(loaded=job.loaded, report=job.report, model=model,
+                                             graphs=quantized[1] if quantized else graphs, cache=default_cache(),
+                                             precision=quantized[0] if quantized else "float"))
     if extras is None:
         return []
-    return [_twin_asset(*recipe_twin_archive(job.tmp, model, extras, graphs, soc, licence))]
+    return [_twin_asset(*recipe_twin_archive(job.tmp, model, extras, graphs, soc, licence, quantized))]
 
 
 def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]) -> list[tuple[str, dict]]:

@@ -175,15 +175,21 @@ def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Calla
     return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
 
 
-def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, licence: bytes):
+def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, licence: bytes,
+                        quantized: tuple[str, dict[str, Path]] | None = None):
     """``<model>-float-onnx.tar.bz2`` of a recipe's model (``recipes.TwinExtras``): its float graphs where the
     recipe's runtime reads them, the runtime and its files, the sample with CPU's answer, ``twin.json``, a README,
-    the licence; measured by the recipe's own check through on-device compile for ``soc``. Returns (the archive,
-    twin.json's values)."""
+    the licence; measured by the recipe's own check through on-device compile for ``soc``. ``quantized``: (precision,
+    graph -> its QDQ graph): ``<model>-<precision>-onnx.tar.bz2`` holding those, checked against CPU on the float
+    ``graphs`` (in the check's folder under ``reference/``, not in the archive). Returns (the archive, twin.json's
+    values)."""
     from .archive import make_tar_bz2
     from .templating import render
 
-    stem = twin_stem(model.name)
+    precision, qdq = quantized or ("float", {})
+    reference = [(f"reference/{extras.graph_files[g]}", path) for g, path in graphs.items()] if qdq else []
+    graphs = {g: qdq.get(g, path) for g, path in graphs.items()}
+    stem = twin_stem(model.name, precision)
     files: list[tuple[str, Path | bytes]] = list(extras.members)
     for graph, path in graphs.items():
         files.append((extras.graph_files[graph], path))
@@ -195,7 +201,7 @@ def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, 
         raise PackageError(f"{model.name}: the twin would hold two files named "
                            f"{sorted({n for n in names if names.count(n) > 1})}",
                            hint="graphs whose weights lie beside them must name their .data files apart")
-    run, answers = _measure_recipe(model.name, files, extras.check, soc)
+    run, answers = _measure_recipe(model.name, files + reference, extras.check, soc)
     files += answers
     shared = {k: run[k] for k in ("peak_memory_mb", "memory_before_mb", "verified", "passed_by", "failure")
               if k in run} | {"soc": soc.name}
@@ -205,8 +211,9 @@ def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, 
                    "measured_on": "this machine's x86-64 HTP emulator, not a device"}
     else:
         shared["not_measured"] = run["not_measured"]
-    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": "float", "recipe": model.verify.kind,
-              "what": WHAT["float"] + "; the model's runtime beside them runs them either way",
+    what = WHAT["quantized" if qdq else "float"].format(p=precision)
+    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": precision, "recipe": model.verify.kind,
+              "what": what + "; the model's runtime beside them runs them either way",
               "graphs": [{"name": g, "file": extras.graph_files[g], "sha256": sha256_file(path),
                           "on_device_compile": {**run.get("graphs", {}).get(g, {}), **shared}}
                          for g, path in graphs.items()],

@@ -41,6 +41,35 @@ def smoke_shards(entries: list[str]) -> list[list[str]]:
     return [entries[i:i + SMOKE_PER_SHARD] for i in range(0, len(entries), SMOKE_PER_SHARD)]
 
 
+# the SDK bump's check: one job per model, or per part of a model's chips where it has more targets than fit one job
+# of BUMP_JOB_MIN with its image build and precompile
+BUMP_JOB_MIN = 300
+BUMP_TARGETS_PER_JOB = int((BUMP_JOB_MIN - JOB_OVERHEAD_MIN - SMOKE_IMAGE_BUILD_MIN - PRECOMPILE_MIN) // TARGET_MIN)
+
+
+def bump_jobs(targets) -> list[dict]:
+    """sdk-bump-check.yaml's build jobs in matrices of at most 256 (``{"job", "entries"}``): an entry is a model
+    (``socs`` empty: every chip) or, for a model with more than BUMP_TARGETS_PER_JOB targets, a part of its chips
+    (``socs``: space-separated), each part at most that many targets (a chip's targets stay together)."""
+    entries = []
+    for model, ts in sorted(by_model(targets).items()):
+        per_soc: dict[str, int] = {}
+        for t in ts:
+            per_soc[t.soc.name] = per_soc.get(t.soc.name, 0) + 1
+        parts: list[list[str]] = [[]]
+        count = 0
+        for soc, n in per_soc.items():
+            if parts[-1] and count + n > BUMP_TARGETS_PER_JOB:
+                parts.append([])
+                count = 0
+            parts[-1].append(soc)
+            count += n
+        for k, socs in enumerate(parts):
+            entries.append({"model": model, "part": k + 1, "socs": " ".join(socs) if len(parts) > 1 else ""})
+    return [{"job": "build" if i == 0 else f"build-{i // MAX_JOBS + 1}", "entries": entries[i:i + MAX_JOBS]}
+            for i in range(0, len(entries), MAX_JOBS)]
+
+
 def smoke_minutes(models: int) -> tuple[int, float]:
     """(shards, runner minutes) of the pull-request smoke test of ``models`` models."""
     shards = math.ceil(models / SMOKE_PER_SHARD)
@@ -73,7 +102,8 @@ class Estimate:
     edit_minutes: float = 0.0  # a push editing one model (main.yaml: changes, image, its precompile and smoke)
     all_minutes: float = 0.0  # a push changing what every model is made from (SDK, tool pin, qnn-release's source)
     smoke_minutes: float = 0.0  # the SDK image's pull-request smoke test: one chip per model, in shards
-    biggest_model_targets: int = 0  # the most targets one model has (the bump check builds them in one job)
+    biggest_model_targets: int = 0  # the most targets one model has
+    bump_jobs: int = 0  # the bump check's build jobs (a model, or a part of its chips)
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -168,6 +198,7 @@ def estimate(loaded: LoadedMatrix, targets, concurrency: int = 20, measured: dic
     fixed = JOB_OVERHEAD_MIN + TAIL_MIN["image"]  # the changes job and the image job (found in the registry)
     return Estimate(models=models, edit_minutes=round(fixed + per_model, 1),
                     biggest_model_targets=max((len(t) for t in by_model(targets).values()), default=0),
+                    bump_jobs=sum(len(j["entries"]) for j in bump_jobs(targets)),
                     all_minutes=round(fixed + models * per_model, 1),
                     smoke_minutes=round(TAIL_MIN["image"] + smoke_minutes(models)[1], 1),
                     publish_minutes=round(publish, 1), publish_runs=math.ceil(publish / JOB_MAX_MIN),
@@ -218,14 +249,14 @@ def recurring_text(e: Estimate) -> list[str]:
              f"{e.smoke_minutes:,.0f} runner minutes in all")
     plans = ", ".join(f"{name} {minutes:,} min and {storage}" for name, storage, minutes in PLANS)
     # each job builds the new SDK's image for itself (a pull request never pushes it), the compare job too
-    bump = (e.models + 1) * (JOB_OVERHEAD_MIN + SMOKE_IMAGE_BUILD_MIN) + e.models * PRECOMPILE_MIN + \
+    bump = (e.bump_jobs + 1) * (JOB_OVERHEAD_MIN + SMOKE_IMAGE_BUILD_MIN) + e.bump_jobs * PRECOMPILE_MIN + \
         e.targets * TARGET_MIN + TAIL_MIN["package"]
-    biggest = SMOKE_IMAGE_BUILD_MIN + e.biggest_model_targets * TARGET_MIN + PRECOMPILE_MIN
+    longest = SMOKE_IMAGE_BUILD_MIN + PRECOMPILE_MIN + min(e.biggest_model_targets, BUMP_TARGETS_PER_JOB) * TARGET_MIN
     return [
         f"the SDK bump's pull request (sdk-bump-check.yaml): every target built again as a release builds it (the "
-        f"qairt route, each job building the new SDK's image for itself), one job per model ({e.models:,} jobs and "
-        f"a compare), about {bump:,.0f} runner minutes; its biggest model's job about {biggest:,.0f} min"
-        + (" (over the job's 300-minute limit: its targets show as removed)" if biggest > 300 else ""),
+        f"qairt route, each job building the new SDK's image for itself), one job per model, or per part of its "
+        f"chips past {BUMP_TARGETS_PER_JOB} targets ({e.bump_jobs:,} jobs and a compare), about {bump:,.0f} runner "
+        f"minutes; the longest job about {longest:,.0f} min of its {BUMP_JOB_MIN}",
         f"per push to main (main.yaml builds only what changed, `qnn-release changed`): editing one model is 4 jobs, "
         f"about {e.edit_minutes:,.0f} runner minutes; changing the SDK, the tool's pin or qnn-release's source is "
         f"every model's precompile and smoke, {2 + 2 * e.models:,} jobs, about {e.all_minutes:,.0f} runner minutes",

@@ -22,7 +22,7 @@ from ..matrix.plan import plan
 from ..matrix.schema import LoadedMatrix
 from ..paths import REPO_ROOT, TEMPLATES
 from ..util.files import write_atomic
-from .cost import JOB_MAX_MIN, SMOKE_PER_SHARD, smoke_shards
+from .cost import BUMP_TARGETS_PER_JOB, JOB_MAX_MIN, SMOKE_PER_SHARD, bump_jobs, smoke_shards
 from .jobs import MAX_JOBS
 
 # GitHub's limits for reusable workflows (docs, "Reusable workflows" reference, Limitations): unique reusable
@@ -170,6 +170,7 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
     for model in sorted(m.models, key=lambda x: x.name):
         first = next(t for t in targets if t.model.name == model.name)  # one chip (the first in plan order)
         smoke.append(f"{model.name}:{first.soc.name}:{first.precision}")
+    bump = bump_jobs(targets)
     shards = [{"shard": i + 1, "models": " ".join(chunk)} for i, chunk in enumerate(smoke_shards(sorted(smoke)))]
     if len(shards) > MAX_JOBS:  # GitHub: 256 jobs per matrix per workflow run
         raise ConfigError(f"{loaded.path}: the SDK image's smoke test would need {len(shards):,} shards; GitHub runs "
@@ -177,7 +178,8 @@ def render_all(loaded: LoadedMatrix) -> dict[Path, str]:
     for t in ("sdk-bump.yaml", "qnn-sdk-docker-build.yaml", "ci.yaml", "pages.yaml", "sdk-pin.yaml",
               "sdk-bump-check.yaml"):
         files[WORKFLOWS / t] = _env().get_template(f"{t}.j2").render(
-            header=_header(f"{t}.j2"), smoke_shards=shards, smoke_per_shard=SMOKE_PER_SHARD,
+            header=_header(f"{t}.j2"), smoke_shards=shards, smoke_per_shard=SMOKE_PER_SHARD, bump_jobs=bump,
+            bump_targets=BUMP_TARGETS_PER_JOB,
             smoke_timeout=JOB_MAX_MIN, shards=model_shards, **common)
     # this repository is the tool: its own release; an adopter pins one instead, and upgrades the pin
     own = "tool-release.yaml" if m.tool is None else "tool-bump.yaml"

@@ -199,8 +199,9 @@ def test_the_sdk_bump_pull_request_builds_every_model_and_compares_with_the_late
     wf = yaml.safe_load((REPO / ".github" / "workflows" / "sdk-bump-check.yaml").read_text())
     names = sorted(m.name for m in load_matrix().matrix.models)
     builds = [j for j in wf["jobs"] if j.startswith("build")]
-    assert sorted(m for j in builds for m in wf["jobs"][j]["strategy"]["matrix"]["model"]) == names
-    assert all(len(wf["jobs"][j]["strategy"]["matrix"]["model"]) <= 256 for j in builds)
+    entries = [e for j in builds for e in wf["jobs"][j]["strategy"]["matrix"]["include"]]
+    assert sorted(e["model"] for e in entries) == names and all(e["socs"] == "" for e in entries)  # one job each
+    assert all(len(wf["jobs"][j]["strategy"]["matrix"]["include"]) <= 256 for j in builds)
     compare = wf["jobs"]["compare"]
     assert compare["needs"] == builds and all("qnn-release/" in wf["jobs"][j]["if"] for j in [*builds, "compare"])
     run = "\n".join(s.get("run", "") for s in compare["steps"])
@@ -216,3 +217,23 @@ def test_the_sdk_bump_pull_request_builds_every_model_and_compares_with_the_late
         docker = [s["run"] for s in steps if "docker run" in s.get("run", "")]
         assert docker and all("--backend qairt" in r and '"$REF"' in r for r in docker), docker
     assert "onnxruntime-qnn" not in yaml.safe_dump(wf)  # the embedded route is not what a release builds with
+
+
+def test_a_model_with_many_chips_is_split_across_bump_jobs_each_inside_its_time():
+    """#44: a model with more targets than one bump job can build in its 300 minutes is split by its chips (a chip's
+    targets stay together), each part at most BUMP_TARGETS_PER_JOB; the parts cover every chip once."""
+    from types import SimpleNamespace as NS
+
+    from ci_tools.workflows.cost import BUMP_TARGETS_PER_JOB, bump_jobs
+
+    socs = [f"SOC{i:02d}" for i in range(50)]
+    targets = [NS(model=NS(name="big"), soc=NS(name=s), precision=p, id=f"big.{s}.{p}")
+               for s in socs for p in ("fp16", "w8a16", "int8")]
+    targets += [NS(model=NS(name="small"), soc=NS(name="SM8750"), precision="fp16", id="small.SM8750.fp16")]
+    (job,) = bump_jobs(targets)
+    big = [e for e in job["entries"] if e["model"] == "big"]
+    assert len(big) == -(-150 // (BUMP_TARGETS_PER_JOB // 3 * 3)) and [e["part"] for e in big] == list(range(1,
+                                                                                                     len(big) + 1))
+    assert sorted(s for e in big for s in e["socs"].split()) == socs
+    assert all(3 * len(e["socs"].split()) <= BUMP_TARGETS_PER_JOB for e in big)
+    assert [e for e in job["entries"] if e["model"] == "small"] == [{"model": "small", "part": 1, "socs": ""}]

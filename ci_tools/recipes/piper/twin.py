@@ -5,9 +5,9 @@ session is created (a chip the release has no binary for).
 ``python -m ci_tools.recipes.piper.twin FOLDER SOC_MODEL HTP_ARCH OUT SENTENCE_FILE MIN_SNR_DB MAX_ABS``: the twin run
 as an app runs it, in this process alone: the sentence said through on-device compile on the HTP emulator (each
 graph's first load timed, the process's peak memory before and after), every encoder and decoder run against CPU on
-the same inputs; judged by the fp16 bars of the voice's check (every decoder window at least MIN_SNR_DB against CPU,
-no sample off by more than MAX_ABS). Prints one JSON line; writes CPU's audio of the sentence to ``OUT/sentence.wav``
-(the archive's sample answer)."""
+the same inputs; judged by the bars of the binaries it stands in for (every decoder window at least MIN_SNR_DB against
+CPU, no sample off by more than MAX_ABS). A QDQ twin's CPU side runs the float graphs in ``FOLDER/reference/``. Prints
+one JSON line; writes CPU's audio of the sentence to ``OUT/sentence.wav`` (the archive's sample answer)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,15 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     members = [("duration.onnx", Path(export) / "duration.onnx"),
                ("voice.json", (json.dumps(voice, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()),
                ("speak.py", Path(runtime.__file__).read_bytes()), ("sample/sentence.txt", (sentence + "\n").encode())]
-    snr = model.verify.min_snr_db.get("fp16", DEFAULT_MIN_SNR_DB["fp16"])
-    max_abs = model.verify.max_abs.get("fp16", DEFAULT_MAX_ABS["fp16"])
+    precision = "fp16" if part.precision == "float" else part.precision  # the bars of the binaries it stands in for
+    snr = model.verify.min_snr_db.get(precision, DEFAULT_MIN_SNR_DB[precision])
+    max_abs = model.verify.max_abs.get(precision, DEFAULT_MAX_ABS[precision])
     return TwinExtras(members=members, graph_files={"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
                       check=[__name__, "sample/sentence.txt", str(snr), str(max_abs)],
                       note="the sentence in sample/sentence.txt (the first of verify.sentences)",
                       readme="recipes/piper_twin_readme.md.j2",
-                      context={"sentence": sentence, "min_snr_db": snr, "max_abs": max_abs})
+                      context={"sentence": sentence, "min_snr_db": snr, "max_abs": max_abs,
+                               "precision": part.precision})
 
 
 def main(argv: list[str]) -> int:
@@ -50,11 +52,14 @@ def main(argv: list[str]) -> int:
     from ...compile.qnn_ep import quiet_native
     from ...util.metrics import compare, peak_memory_mb, rounded, worst
     from .export import snr_db
-    from .runtime import Voice, write_wav
+    from .runtime import Voice, _session, write_wav
 
     folder, soc_model, htp_arch, out, sentence_file, min_snr, max_abs = argv
     text = Path(folder, sentence_file).read_text().strip()
     cpu = Voice(folder, device="cpu")
+    reference = Path(folder) / "reference"  # a QDQ twin is judged against CPU on the float graphs
+    if reference.is_dir():
+        cpu.encoder, cpu.decoder = (_session(reference / f"{g}.onnx", "cpu") for g in ("encoder", "decoder"))
     said = cpu.speak(text)
     write_wav(Path(out) / "sentence.wav", said.audio, said.sample_rate)
     before = peak_memory_mb()

@@ -5,8 +5,9 @@ device's HTP when the session is created (a chip the release has no binary for).
 ``python -m ci_tools.recipes.whisper.twin FOLDER SOC_MODEL HTP_ARCH OUT CLIP MAX_TOKENS MAX_WER``: the twin run as an
 app runs it, in this process alone: the clip transcribed on CPU, then on the HTP emulator through on-device compile
 (each graph's first load timed, the process's peak memory before and after), every graph run against CPU on the same
-inputs; judged by the fp16 bar for transcripts (WER against CPU at most MAX_WER). Prints one JSON line; writes CPU's
-transcript to ``OUT/<clip>.txt`` (the archive's sample answer)."""
+inputs; judged by the bar of the binaries it stands in for (WER against CPU at most MAX_WER). A QDQ twin's CPU side
+runs the float graphs in ``FOLDER/reference/``. Prints one JSON line; writes CPU's transcript to ``OUT/<clip>.txt``
+(the archive's sample answer)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,14 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     members = [(f, Path(export) / f) for f in FILES]
     members += [("whisper.json", (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
                 ("transcribe.py", Path(runtime.__file__).read_bytes()), (sample, clip.path)]
-    bar = model.verify.max_wer_vs_cpu.get("fp16", DEFAULT_MAX_WER["fp16"])
+    precision = "fp16" if part.precision == "float" else part.precision  # the bar of the binaries it stands in for
+    bar = model.verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
     return TwinExtras(members=members, graph_files={"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
                       check=[__name__, sample, str(model.verify.max_tokens), str(bar)],
                       note=f"the clip {sample} (the first of verify.clips)",
                       readme="recipes/whisper_twin_readme.md.j2",
                       context={"sample": sample, "sample_text": f"sample/{clip.path.stem}.txt",
-                               "max_tokens": model.verify.max_tokens})
+                               "max_tokens": model.verify.max_tokens, "precision": part.precision, "bar": bar})
 
 
 def main(argv: list[str]) -> int:
@@ -52,11 +54,14 @@ def main(argv: list[str]) -> int:
     from ...compile.qnn_ep import quiet_native
     from ...util.metrics import compare, peak_memory_mb, rounded, worst
     from .check import wer
-    from .runtime import Whisper, read_wav
+    from .runtime import Whisper, _session, read_wav
 
     folder, soc_model, htp_arch, out, clip, max_tokens, bar = argv
     audio = read_wav(Path(folder) / clip)
     cpu = Whisper(folder, device="cpu")
+    reference = Path(folder) / "reference"  # a QDQ twin is judged against CPU on the float graphs
+    if reference.is_dir():
+        cpu.encoder, cpu.decoder = (_session(reference / f"{g}.onnx", "cpu") for g in ("encoder", "decoder"))
     said = cpu.transcribe(audio, max_tokens=int(max_tokens)).text
     before = peak_memory_mb()
     with quiet_native():
