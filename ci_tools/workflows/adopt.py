@@ -94,6 +94,9 @@ def upgrade(matrix: Path, pin: str | None, version: str | None) -> str:
         raise UsageError(f"{matrix}: no tool: block to move", hint="a repository adopts qnn-release with `init`; "
                          "qnn-release's own matrix has none (it is the tool)")
     new = block.sub(lambda _: tool_block(repo, ref, version or own), text, count=1)
+    # the starter's link to the matrix reference follows the pin (the docs of the tool that renders it)
+    new = re.sub(r"^(# Reference: https://github\.com/)[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/", rf"\g<1>{repo}/blob/{ref}/",
+                 new, count=1, flags=re.M)
     write_atomic(matrix, new)
     return new
 
