@@ -197,3 +197,6 @@ def test_tool_bump_proposes_the_newest_tool_release_as_a_pull_request(tmp_path):
 
         assert newer_tool(Tool(repository=TOOL_REPO, ref=NEW), Connection(api_url=gh.url)) is None
         assert newer_tool(Tool(repository=TOOL_REPO, ref=OLD), Connection(api_url=gh.url)).commit == NEW
+        # a pin past the newest release (init from a checkout's HEAD, its version newer) is never moved back
+        assert newer_tool(Tool(repository=TOOL_REPO, ref="3" * 40, version="qnn-release-v0.10.1"),
+                          Connection(api_url=gh.url)) is None

@@ -81,6 +81,9 @@ def test_nothing_newer(repo):
 
 def test_open_pr_commits_changes_through_the_api(repo):
     (repo / "matrix" / "models.yaml").write_text((repo / "matrix" / "models.yaml").read_text() + "\n# bumped\n")
+    (repo / "clients").mkdir(exist_ok=True)
+    (repo / "clients" / "fetch.sh").write_text("#!/bin/sh\n")  # an executable stays one (a tool bump re-renders it)
+    (repo / "clients" / "fetch.sh").chmod(0o755)
     with FakeGitHub() as gh:
         text = open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url)
         assert text.startswith("opened ")
@@ -90,8 +93,9 @@ def test_open_pr_commits_changes_through_the_api(repo):
         commit = gh.state.objects[gh.state.refs[f"heads/{pr['head']}"]]
         assert commit["parents"] == ["c0" * 20]
         tree = gh.state.objects[commit["tree"]]
-        assert [e["path"] for e in tree["tree"]] == ["matrix/models.yaml"]
-        assert tree["tree"][0]["content"].endswith("# bumped\n")
+        assert [(e["path"], e["mode"]) for e in tree["tree"]] == [("clients/fetch.sh", "100755"),
+                                                                   ("matrix/models.yaml", "100644")]
+        assert tree["tree"][1]["content"].endswith("# bumped\n")
         # a second run updates the branch and does not open a second pull request
         assert "already exists" in open_pr("acme/models", "main", token=gh.state.token, root=repo, api_url=gh.url)
         assert len(gh.state.pulls) == 1

@@ -187,20 +187,13 @@ def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, 
     from .templating import render
 
     precision, qdq = quantized or ("float", {})
-    reference = [(f"reference/{extras.graph_files[g]}", path) for g, path in graphs.items()] if qdq else []
+    reference = [f for g, path in graphs.items() for f in _with_weights(f"reference/{extras.graph_files[g]}", path)
+                 ] if qdq else []
     graphs = {g: qdq.get(g, path) for g, path in graphs.items()}
     stem = twin_stem(model.name, precision)
     files: list[tuple[str, Path | bytes]] = list(extras.members)
     for graph, path in graphs.items():
-        files.append((extras.graph_files[graph], path))
-        data = path.with_name(path.name + ".data")  # its weights over 2 GB, by the name the graph gives them
-        if data.is_file():
-            files.append((data.name, data))
-    names = [n for n, _ in files]
-    if len(set(names)) != len(names):
-        raise PackageError(f"{model.name}: the twin would hold two files named "
-                           f"{sorted({n for n in names if names.count(n) > 1})}",
-                           hint="graphs whose weights lie beside them must name their .data files apart")
+        files += _with_weights(extras.graph_files[graph], path)
     run, answers = _measure_recipe(model.name, files + reference, extras.check, soc)
     files += answers
     shared = {k: run[k] for k in ("peak_memory_mb", "memory_before_mb", "verified", "passed_by", "failure")
@@ -220,9 +213,36 @@ def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, 
               "check": run.get("numbers")}
     members = [(f"{stem}/{n}", data) for n, data in files]
     members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
-                (f"{stem}/README.md", render(extras.readme, model=model, twin=values, **extras.context).encode()),
+                (f"{stem}/README.md", render(extras.readme, model=model, twin=values, answered=bool(answers),
+                                             **extras.context).encode()),
                 (f"{stem}/LICENSE", licence)]
     return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
+
+
+def _with_weights(name: str, path: Path) -> list[tuple[str, Path | bytes]]:
+    """A graph as ``name`` in a twin, and its weights (over 2 GB: every prepared graph keeps them in
+    ``graph.onnx.data``) beside it as ``<name>.data``, the graph's tensors pointing there: two graphs of one folder
+    never share a weights file's name."""
+    data = path.with_name(path.name + ".data")
+    if not data.is_file():
+        return [(name, path)]
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    for tensor in _tensors(m.graph):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = f"{Path(name).name}.data"
+    return [(name, m.SerializeToString()), (f"{name}.data", data)]
+
+
+def _tensors(graph):
+    """Every initializer of a graph and of the graphs inside its nodes (If, Loop, Scan)."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield from _tensors(g)
 
 
 def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: list[str], soc
@@ -240,7 +260,11 @@ def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: lis
     except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
         return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was "
                                                    "packaged"}, []
-    h = hashlib.sha256(json.dumps([TWIN_VERSION, check, soc.soc_model, soc.htp_arch, version]).encode())
+    import importlib.util
+
+    spec = importlib.util.find_spec(check[0])  # the check's own code: a change to its judging measures again
+    code = sha256_file(Path(spec.origin)) if spec and spec.origin else None
+    h = hashlib.sha256(json.dumps([TWIN_VERSION, check, code, soc.soc_model, soc.htp_arch, version]).encode())
     for name, data in sorted(files, key=lambda f: f[0]):
         h.update(name.encode() + b"\0" + (hashlib.sha256(data).hexdigest() if isinstance(data, bytes)
                                           else sha256_file(data)).encode())
@@ -264,9 +288,14 @@ def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: lis
                                    hint="run `qnn-release build` again; its float graphs must compile for the chip")
             write_json(out / "run.json", {**json.loads(lines[-1]), "qnn_version": version})
             done.parent.mkdir(parents=True, exist_ok=True)
-            staged = done.with_name(done.name + f".{os.getpid()}.tmp")
+            staged = Path(tempfile.mkdtemp(prefix=f"{done.name}.", suffix=".tmp", dir=done.parent)) / "run"
             shutil.copytree(out, staged)
-            shutil.rmtree(done, ignore_errors=True)
-            os.replace(staged, done)  # whole or not at all
+            try:
+                shutil.rmtree(done, ignore_errors=True)  # a half-written one (no run.json) is never read
+                os.replace(staged, done)  # whole or not at all
+            except OSError:  # another packager wrote it first: theirs is the same measurement
+                pass
+            finally:
+                shutil.rmtree(staged.parent, ignore_errors=True)
     answers = [(f"sample/{p.name}", p) for p in sorted(done.iterdir()) if p.name != "run.json"]
     return json.loads((done / "run.json").read_text()), answers

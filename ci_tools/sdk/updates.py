@@ -145,7 +145,8 @@ def tool_bump(tag: str) -> Proposal:
                             "renders",
                     note="The tool's pin (matrix/models.yaml `tool:`) moved and the workflows were rendered again by "
                          "that release of qnn-release. The checks of this pull request check the matrix and the "
-                         "workflows with it; the next release is built by it.")
+                         "workflows with it, and rebuild every target with it, compared with the latest release "
+                         "(sdk-bump-check.yaml); the next release is built by it.")
 
 
 def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str | None = None,
@@ -166,7 +167,8 @@ def open_pr(repo: str, base: str, *, token: str | None, root: Path, api_url: str
     gh = GitHub(repo, token=token, api_url=api_url)
     base_sha = gh.call("GET", f"/repos/{repo}/git/ref/heads/{base}", f"read branch {base}").json()["object"]["sha"]
     commit = gh.call("GET", f"/repos/{repo}/git/commits/{base_sha}", f"read commit {base_sha}").json()
-    entries = [{"path": p, "mode": "100644", "type": "blob", "content": (root / p).read_text()} for p in changed]
+    entries = [{"path": p, "mode": "100755" if os.access(root / p, os.X_OK) else "100644", "type": "blob",
+                "content": (root / p).read_text()} for p in changed]  # an executable (clients/) stays one
     tree = gh.call("POST", f"/repos/{repo}/git/trees", "create tree", expect=(201,),
                    json={"base_tree": commit["tree"]["sha"], "tree": entries})
     digest = hashlib.sha256("".join(e["path"] + e["content"] for e in entries).encode()).hexdigest()[:10]

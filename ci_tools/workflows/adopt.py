@@ -102,6 +102,7 @@ def upgrade(matrix: Path, pin: str | None, version: str | None) -> str:
 
 
 TOOL_TAG = re.compile(r"^qnn-release-v(\d+)\.(\d+)\.(\d+)$")  # what tool-release.yaml publishes
+PINNED_VERSION = re.compile(r"^(?:qnn-release-)?v(\d+)\.(\d+)\.(\d+)$")  # a pin's `version`, when it is one
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ class NewerTool:
 
 def newer_tool(tool, via) -> NewerTool | None:
     """The newest published release of the pinned qnn-release (``qnn-release-vX.Y.Z`` tags: the repository also
-    releases models under other tags; drafts and pre-releases never) when it is another commit than the pin; None
-    when the pin is that commit already or nothing is released. The tag's commit comes from GitHub's "Get a commit"
+    releases models under other tags; drafts and pre-releases never) when it is another commit than the pin and newer
+    than the pin's version (where the pin has one); None when the pin is that commit, that version or newer, or
+    nothing is released. The tag's commit comes from GitHub's "Get a commit"
     (an annotated tag resolves to its commit)."""
     gh = via.client(tool.repository, give_up=SourceError)
     tags = [(tuple(int(x) for x in m.groups()), rel["tag_name"]) for rel in gh.paginate(f"/repos/{gh.repo}/releases")
@@ -124,7 +126,10 @@ def newer_tool(tool, via) -> NewerTool | None:
             and isinstance(rel.get("tag_name"), str) and (m := TOOL_TAG.match(rel["tag_name"]))]
     if not tags:
         return None
-    tag = max(tags)[1]
+    version, tag = max(tags)
+    pinned = PINNED_VERSION.match(tool.version or "")
+    if pinned and version <= tuple(int(x) for x in pinned.groups()):
+        return None  # the pin is that release or newer (a checkout's HEAD past it): never a downgrade
     commit = gh.call("GET", f"/repos/{gh.repo}/commits/{tag}", f"read the commit of {tag}").json().get("sha")
     if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise SourceError(f"{tool.repository}: release {tag} names no commit GitHub could give",

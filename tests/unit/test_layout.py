@@ -186,12 +186,12 @@ def test_no_function_takes_more_than_eight_parameters():
 
 
 def test_the_unit_tier_stands_alone():
-    """#45 item 5: no test module imports another (what two tiers share lives in tests/support/), and no helper
-    module lies loose in tests/."""
+    """#45 item 5: no unit test imports a test module (what the two tiers share lives in tests/support/), and no
+    helper module lies loose in tests/."""
     tests = REPO / "tests"
     crossing = [f"{p.relative_to(REPO)}: {m[0].strip()}" for p in sorted((tests / "unit").glob("*.py"))
-                for m in re.finditer(r"^\s*from tests\.test_\w+ import .*$|^\s*import tests\.test_\w+.*$",
-                                     p.read_text(), re.M)]
+                for m in re.finditer(r"^\s*(from tests\.(unit\.)?test_\w+ import|import tests\.(unit\.)?test_\w+|"
+                                     r"from tests(\.unit)? import .*\btest_\w+).*$", p.read_text(), re.M)]
     assert not crossing, "import from tests/support/ instead:\n" + "\n".join(crossing)
     loose = sorted(p.name for p in tests.glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py")
     assert not loose, f"helpers belong in tests/support/: {loose}"

@@ -389,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="sample Piper's noise with this seed (default: none)")
     p.add_argument("--sentence-silence", type=float, default=0.0, help="seconds between sentences (default 0)")
     args = p.parse_args(argv)
+    if (args.soc_model is None) != (args.htp_arch is None) or (args.soc_model and not args.jit):
+        p.error("--soc-model and --htp-arch go together, with --jit (the device's chip: `qnn-release socs`)")
     try:
         if args.output.is_dir() or not args.output.parent.is_dir():
             write_wav(args.output, np.zeros(0, np.float32), 1)  # refused in one line, before any graph runs

@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--segments", action="store_true", help="one line per 30 s window, with its times")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per window (default 224)")
     args = p.parse_args(argv)
+    if (args.soc_model is None) != (args.htp_arch is None) or (args.soc_model and not args.jit):
+        p.error("--soc-model and --htp-arch go together, with --jit (the device's chip: `qnn-release socs`)")
     if args.max_tokens is not None and not 1 <= args.max_tokens <= 440:
         p.error(f"--max-tokens {args.max_tokens}: expected 1 to 440 (Whisper's limit per window is 224)")
     try:
