@@ -189,13 +189,46 @@ def write(build_parser, folder: Path = DOCS) -> list[Path]:
     return [folder / name for name in written]
 
 
+# prose people read for a list the code holds: each recipe (its folder) and each model matrix must be named there
+PROSE = {"recipes": ("README.md", "docs/contributors.md", "docs/model-authors.md"),
+         "matrices": ("docs/model-authors.md",)}
+
+
+def prose_gaps(root: Path = DOCS.parent.parent) -> list[str]:
+    """What the hand-written docs leave out of what the code has: a recipe (``recipes.RECIPES``) not named in each
+    of PROSE["recipes"] (by its folder, or its family's name capitalized), a matrix file of ``matrix/`` with models
+    not named in PROSE["matrices"]. A checkout only: an installed wheel has no docs to check."""
+    from ..paths import CHECKOUT
+    from ..recipes import RECIPES
+
+    if not CHECKOUT or not all((root / f).is_file() for fs in PROSE.values() for f in fs):
+        return []
+    gaps = []
+    for target in sorted(RECIPES.values()):
+        folder = target.split(".")[2]
+        for f in PROSE["recipes"]:
+            text = (root / f).read_text()
+            if f"{folder}/" not in text and folder.capitalize() not in text:  # its folder, or its family's name
+                gaps.append(f"{f}: the recipe {folder} (ci_tools/recipes/{folder}/) is not named")
+    for matrix in sorted((root / "matrix").glob("*.yaml")):
+        if "\nmodels:" not in matrix.read_text():
+            continue  # the chip catalog and its sources
+        for f in PROSE["matrices"]:
+            if f"matrix/{matrix.name}" not in (root / f).read_text():
+                gaps.append(f"{f}: the matrix matrix/{matrix.name} is not named")
+    return gaps
+
+
 def docs(args: argparse.Namespace, build_parser) -> int:
     """``qnn-release docs`` (cli.app passes its parser's maker: this module does not import it back)."""
     if args.check:
         old = stale(build_parser)
         for p in old:
             print(f"stale: {p}: run `qnn-release docs`")
-        if old:
+        gaps = prose_gaps()
+        for gap in gaps:
+            print(f"missing: {gap}: add it by hand")
+        if old or gaps:
             return 1
         print(f"reference pages in {DOCS} are current")
         return 0
