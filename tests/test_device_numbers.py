@@ -217,7 +217,7 @@ def test_every_chip_with_a_device_gets_its_numbers_and_the_rest_say_why(built, m
     assert r.returncode == 0, r.stderr
     meta = _metadata(built, "SM8750")
     jsonschema.validate(meta, json.loads(SCHEMA_FILE.read_text()))
-    assert meta["metadata_version"] == 2 and meta["numbers"]["main"]["device"]["status"] == "ok"
+    assert meta["metadata_version"] == 3 and meta["numbers"]["main"]["device"]["status"] == "ok"
     assert _metadata(built, "QCS9100")["on_device"]["device"].startswith("Dragonwing IQ-9075 EVK (QCS9075, same")
     assert meta["on_device"]["device"] == "Samsung Galaxy S25" and meta["on_device"]["speedup_vs_cpu"] > 1
     assert _metadata(built, "SM8650")["on_device"]["status"] == "no-device"

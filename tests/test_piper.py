@@ -56,10 +56,10 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
     assert set(targets) == {"encoder", "decoder"}
     for t in targets.values():
         assert t["verified"] is True and t["verify_kind"] == "speech" and t["verified_on"] == "real-samples", t
-        s = t["speech"]
+        s = t["recipe"]
         assert s["passed_by"] == ["waveform", "round trip"] and s["export_check"]["passed"]
         assert s["export_check"]["worst_snr_db"] >= 60  # the cut graphs say both sentences as the original does
-    s = targets["decoder"]["speech"]
+    s = targets["decoder"]["recipe"]
     (said,) = s["sentences"]  # one sentence per chip: the first, this chip's turn
     assert said["text"] == SENTENCES[0] and said["wer"] <= 0.2 and said["wer_vs_cpu"] == 0.0, said
     assert 20 <= s["worst_chunk_snr_db"] < 60 and s["emulator_seconds_per_decoder_run"] > 0  # fp16, not bit-exact
@@ -90,7 +90,7 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
     assert {"encoder_ctx.onnx", "decoder_ctx.onnx", "duration.onnx", "voice.json", "speak.py", "README.md",
             "metadata.json", "sample"} <= names, names
     meta = json.loads((top / "metadata.json").read_text())
-    assert meta["speech"]["sentences"][0]["text"] == SENTENCES[0] and meta["speech"]["emulator_real_time_factor"] > 0
+    assert meta["recipe"]["sentences"][0]["text"] == SENTENCES[0] and meta["recipe"]["emulator_real_time_factor"] > 0
     assert (top / "sample" / "sentence.txt").read_text().strip() == SENTENCES[0]
     readme = (top / "README.md").read_text()
     assert "QnnConfig" in readme and "Speech verification" in readme
@@ -139,7 +139,7 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
     archive = next((out / "release").glob("piper-joe-medium-sm8750-fp16-*.tar.bz2"))
     with tarfile.open(archive) as tar:
         meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
-    voice, said = meta["on_device"]["voice"], meta["speech"]["sentences"]
+    voice, said = meta["on_device"]["recipe"], meta["recipe"]["sentences"]
     windows, audio = sum(s["decoder_runs"] for s in said), sum(s["audio_seconds"] for s in said)
     assert voice["time_to_first_audio_ms"] == pytest.approx(40.0, rel=0.05)
     assert voice["real_time_factor"] == pytest.approx((len(said) + windows) * 0.020 / audio, rel=0.05)

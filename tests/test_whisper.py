@@ -137,18 +137,18 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert len(by_id) == 4
     for t in by_id.values():
         assert t["verified"] is True and t["verify_kind"] == "transcript", t
-        tr = t["transcript"]
+        tr = t["recipe"]
         assert tr["export_check"]["equal"] == tr["export_check"]["total"] == 2
         assert len(tr["clips"]) == 1 and tr["clips"][0]["htp"] and tr["emulator_seconds_per_encoder_run"] > 0
         assert t["parity"]["cosine"] > (0.999 if t["precision"] == "fp16" else 0.98)
         # the target's folder is written once, with the recipe's verdict: it says what the report says
         on_disk = json.loads((out / t["id"] / "target.json").read_text())
-        assert {k: on_disk[k] for k in ("verified", "verify_kind", "transcript", "parity")} == \
-            {k: t[k] for k in ("verified", "verify_kind", "transcript", "parity")}
-    fp16 = by_id["tiny-whisper.encoder.sm8750.fp16"]["transcript"]
+        assert {k: on_disk[k] for k in ("verified", "verify_kind", "recipe", "parity")} == \
+            {k: t[k] for k in ("verified", "verify_kind", "recipe", "parity")}
+    fp16 = by_id["tiny-whisper.encoder.sm8750.fp16"]["recipe"]
     assert fp16["agree"] == 1 and fp16["wer_vs_cpu"] == 0.0 and fp16["clips"][0]["file"] == "compile.wav"
     # the chips (and precisions) take turns through the clips
-    assert by_id["tiny-whisper.encoder.sm8750.w8a16"]["transcript"]["clips"][0]["file"] == "lights.wav"
+    assert by_id["tiny-whisper.encoder.sm8750.w8a16"]["recipe"]["clips"][0]["file"] == "lights.wav"
 
     # nothing changed: no compile and no emulator run (the transcripts are cached by the targets' keys)
     r = run_cli("build", "--matrix", str(matrix), "--out", str(out), env=env)
@@ -157,7 +157,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert {t["status"] for t in again["targets"]} == {"cached"}
     # "cached" is where this build found them; each folder still says what it is
     assert {json.loads((out / t["id"] / "target.json").read_text())["status"] for t in again["targets"]} == {"ok"}
-    assert all(t["transcript"] == by_id[t["id"]]["transcript"] for t in again["targets"])
+    assert all(t["recipe"] == by_id[t["id"]]["recipe"] for t in again["targets"])
 
     r = run_cli("package", "--out", str(out), "--matrix", str(matrix), "--require-verified", env=env)
     assert r.returncode == 0, r.stderr
@@ -173,7 +173,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     assert {"encoder_ctx.onnx", "decoder_ctx.onnx", "tokenizer.json", "mel_filters.npy", "whisper.json",
             "transcribe.py", "README.md", "metadata.json", "LICENSE"} <= names
     meta = json.loads((top / "metadata.json").read_text())
-    assert meta["transcript"]["agree"] == 1 and meta["transcript"]["emulator_seconds_per_decoder_step"] > 0
+    assert meta["recipe"]["agree"] == 1 and meta["recipe"]["emulator_seconds_per_decoder_step"] > 0
     assert meta["numbers"]["encoder"]["parity_vs_cpu"]["cosine"] > 0.999
     assert "QnnConfig" in (top / "README.md").read_text()
     # only what is inside the archive, onnxruntime-qnn, numpy and tokenizers: no qnn-release on the path
@@ -265,7 +265,7 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
     archive = next((out / "release").glob("tiny-whisper-sm8750-fp16-*.tar.bz2"))
     with tarfile.open(archive) as tar:
         meta = json.load(tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("metadata.json"))))
-    speech, clips = meta["on_device"]["speech"], meta["transcript"]["clips"]
+    speech, clips = meta["on_device"]["recipe"], meta["recipe"]["clips"]
     steps, audio = sum(c["decoder_steps"] for c in clips), sum(c["audio_seconds"] for c in clips)
     assert speech["time_to_first_token_ms"] == pytest.approx(20.0 + 4 * 20.0, rel=0.05)
     assert speech["real_time_factor"] == pytest.approx((len(clips) + steps) * 0.020 / audio, rel=0.05)

@@ -145,25 +145,28 @@ def matrix_page() -> str:
             default = "required" if key in required else (f"`{json.dumps(prop['default'])}`" if "default" in prop
                                                            else "")
             what = _cell(prop.get("description", ""))
-            out.append(f"| `{key}` | {_cell(_type(prop))} | {_cell(default)} | {what} |\n")
+            out.append(f"| `{key}` | {_cell(_type(prop, defs))} | {_cell(default)} | {what} |\n")
     return "".join(out)
 
 
-def _type(prop: dict) -> str:
+def _type(prop: dict, defs: dict | None = None) -> str:
     if "$ref" in prop:
         name = prop["$ref"].split("/")[-1]
+        inline = (defs or {}).get(name, {})
+        if "oneOf" in inline and "properties" not in inline:  # a recipe's part: one of the recipes' models
+            return _type(inline, defs)
         return f"[{name}](#{name.lower()})"
     if "anyOf" in prop or "oneOf" in prop:
-        return " or ".join(_type(p) for p in prop.get("anyOf") or prop.get("oneOf"))
+        return " or ".join(_type(p, defs) for p in prop.get("anyOf") or prop.get("oneOf"))
     if "enum" in prop:
         return " \\| ".join(f"`{v}`" for v in prop["enum"])
     if "const" in prop:
         return f"`{prop['const']}`"
     kind = prop.get("type", "any")
     if kind == "array":
-        return f"list of {_type(prop.get('items', {}))}"
+        return f"list of {_type(prop.get('items', {}), defs)}"
     if kind == "object" and isinstance(prop.get("additionalProperties"), dict):
-        return f"map to {_type(prop['additionalProperties'])}"
+        return f"map to {_type(prop['additionalProperties'], defs)}"
     return str(kind)
 
 

@@ -68,7 +68,7 @@ class TargetRecord:
     quantized_graph: str | None = None  # the ort route's QDQ graph, in the prepared graph's folder (package's twin)
     compile_reused: bool | None = None  # the binaries of an earlier compile of the same compile key, judged again
     # the verification
-    verify_kind: str | None = None  # "transcript"/"speech": verified by what the chip's graphs do together
+    verify_kind: str | None = None  # a recipe's kind: verified by what the chip's graphs do together
     verify_inputs: str | None = None
     verified: bool | None = None
     verified_on: str | None = None
@@ -84,8 +84,7 @@ class TargetRecord:
     worst_output: str | None = None
     per_sample: list | None = None
     samples: dict | None = None
-    transcript: dict | None = None
-    speech: dict | None = None  # a voice's check: what its chip said, against CPU and as heard (recipes/piper)
+    recipe: dict | None = None  # the model's recipe's check of this chip, tagged with its kind (its own keys)
     created: str | None = None
     seconds: float | None = None
     # a failure

@@ -9,11 +9,13 @@ says plainly which chips have device numbers and why the others do not.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny
 
+from ..recipes import RecipeFigures
 from ..util.files import write_json
 
 FILE = "device-numbers.json"
@@ -130,33 +132,6 @@ def summary_line(target: str, run: DeviceRun) -> str:
     return f"{target}: {run.status}: {run.latency.median_ms:.3f} ms on {dev}{speed}{par}{tail}"
 
 
-class SpeechNumbers(_M):
-    """A speech model's device figures, from its encoder run and decoder step on the device and the steps its
-    chip build took on the verification clips."""
-
-    real_time_factor: float = Field(description="(encoder run + decoder steps x step) / audio seconds, over the "
-                                    "clips: below 1 is faster than real time")
-    time_to_first_token_ms: float = Field(description="encoder run + the prompt's decoder steps (start, language, "
-                                          "task, no timestamps), the last of which gives the first text token")
-    clips: int
-    audio_seconds: float
-    decoder_steps: int
-
-
-class VoiceNumbers(_M):
-    """A voice's device figures, from its encoder run and decoder window on the device and the runs its chip
-    build took to say the verification sentences."""
-
-    real_time_factor: float = Field(description="(encoder runs x run + decoder windows x window) / audio seconds, "
-                                    "over the sentences (the host's duration predictor not counted): below 1 is faster "
-                                    "than real time")
-    time_to_first_audio_ms: float = Field(description="one encoder run + one decoder window: the first 3 s of audio")
-    sentences: int
-    audio_seconds: float
-    encoder_runs: int
-    decoder_windows: int
-
-
 class OnDevice(_M):
     """One archive's device figures (its graphs together), as the manifest, notes and page show them."""
 
@@ -167,14 +142,16 @@ class OnDevice(_M):
     latency_ms: float | None = Field(default=None, description="one run of every graph, NPU medians summed")
     cpu_latency_ms: float | None = Field(default=None, description="the same graphs on the device's CPU")
     speedup_vs_cpu: float | None = None
-    speech: SpeechNumbers | None = None
-    voice: VoiceNumbers | None = None
+    recipe: Annotated[SerializeAsAny[RecipeFigures], BeforeValidator(RecipeFigures.dispatch)] | None = Field(
+        default=None, description="the model's recipe's figures from the runs (a speech recognizer's real-time "
+        "factor ...), tagged with its kind")
 
 
 _ORDER = ("parity-failed", "failed", "timeout", "unavailable", "no-device", "skipped", "ok")
-def on_device(runs: dict[str, DeviceRun], extra=None) -> OnDevice | None:
-    """The archive's figures from its graphs' runs (graph -> run); None when no graph has a run. ``extra``:
-    the model's recipe's figures from the runs (``speech``), asked for when every graph has a latency."""
+def on_device(runs: dict[str, DeviceRun], recipe: Callable[[dict[str, DeviceRun]], dict | None] | None = None
+              ) -> OnDevice | None:
+    """The archive's figures from its graphs' runs (graph -> run); None when no graph has a run. ``recipe``:
+    the model's recipe's figures from the runs (tagged with its kind), asked for when every graph has a latency."""
     if not runs:
         return None
     weakest = min(runs.values(), key=lambda r: _ORDER.index(r.status))
@@ -186,4 +163,4 @@ def on_device(runs: dict[str, DeviceRun], extra=None) -> OnDevice | None:
                                  if r.device.stands_in_for else "") for r in runs.values() if r.device), None)
     return OnDevice(via=weakest.via, status=weakest.status, reason=weakest.reason, device=dev, latency_ms=npu,
                     cpu_latency_ms=cpu, speedup_vs_cpu=round(cpu / npu, 2) if cpu and npu else None,
-                    **(extra(runs) if ok and extra is not None else {}))
+                    recipe=recipe(runs) if ok and recipe is not None else None)

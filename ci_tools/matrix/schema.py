@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, model_validator
 
 from ..catalog.socs import Catalog, Soc, UnknownSocError, load_catalog
 from ..errors import ConfigError
 from ..paths import MATRIX_DATA
+from ..recipes import RecipeVerify, tagged_schema
 from ..util.github_limits import MAX_ASSET_BYTES, MAX_ASSETS
 from ..util.precision import PRECISIONS, Precision  # noqa: F401 (the one list, re-exported)
 from ..util.validation import PATTERN_HINTS, did_you_mean, dotted_path, validate
@@ -250,17 +251,17 @@ class PartsSource(_Frozen):
         """The files the model's folder gets: every source's files but the parts and the unpacked archives, the
         joined files, and the unpacked members."""
         parts = {p for j in self.join.values() for p in j.parts} | {u.archive for u in self.unpack.values()}
-        return [n for n in [*_source_files(self), *self.join] if n not in parts] + list(self.unpack)
+        return [n for n in [*source_files(self), *self.join] if n not in parts] + list(self.unpack)
 
 
-def _source_files(src) -> list[str]:
+def source_files(src) -> list[str]:
     if isinstance(src, (HfSource, PipSource)):
         return list(src.files)
     if isinstance(src, UrlSource):
         return [src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]]
     if isinstance(src, PathSource):
         return [Path(src.path).name]
-    return [n for s in src.sources for n in _source_files(s)]
+    return [n for s in src.sources for n in source_files(s)]
 
 
 Source = Annotated[Union[HfSource, UrlSource, PathSource, PipSource, PartsSource], Field(discriminator="kind")]
@@ -269,57 +270,6 @@ Source = Annotated[Union[HfSource, UrlSource, PathSource, PipSource, PartsSource
 class Export(_Frozen):
     command: list[str] = Field(min_length=1, description="argv; {src} and {out} are replaced by folders")
     outputs: list[str] = Field(min_length=1)
-
-
-class Recordings(_Frozen):
-    description: str = Field(description="what the recordings are, e.g. 'LibriVox readers, CMU ARCTIC speakers'")
-    license: str = Field(description="their licence, with where it is stated")
-    source: Source = Field(description="the pinned files (WAV, 16 kHz mono PCM)")
-    texts: dict[str, str] = Field(min_length=1, description="file of the source -> what it says (the reference)")
-
-
-class TranscriptVerify(_Frozen):
-    # a speech recognizer's check (its recipe: ``ci_tools.recipes.RECIPES``): a chip's graphs transcribe clips
-    GRAPHS: ClassVar[tuple[str, ...]] = ("decoder", "encoder")  # the graphs the check runs together
-    kind: Literal["transcript"]
-    clips: str = Field(description="a clips.yaml (a list `clips` of {file, text}: 16 kHz mono WAVs beside it and "
-                       "what they say), relative to the repository")
-    per_chip: int = Field(default=2, ge=1, description="clips each chip transcribes on the HTP emulator (minutes "
-                          "per clip): chips take turns through the list, so together they cover it")
-    pack: bool = Field(default=True, description="a chip's clips packed into the encoder's 30-second windows, half a "
-                       "second of silence between them: one encoder run (the emulator's minutes) per window instead "
-                       "of per clip; HTP and CPU transcribe the same window (false: one clip per window). Where the "
-                       "transcripts differ only by near-ties (docs/model-authors.md), the check says so and passes")
-    max_wer_vs_cpu: dict[Precision, Annotated[float, Field(ge=0, le=1)]] = Field(
-        default={}, description="largest word error rate of the emulator transcript against the CPU transcript "
-        "(default fp16 0, w8a16 0.1, int8 0.25)")
-    language: str = Field(default="en", pattern=r"^[a-z]{2,3}$")
-    max_tokens: int = Field(default=128, ge=1, le=440, description="tokens a clip's transcript may have")
-    recordings: Recordings | None = Field(
-        default=None, description="recorded human speech with reference texts, pinned: when given, the chips "
-        "transcribe these (taking turns) instead of the clips, CPU transcribes all of them, and the targets "
-        "count as verified on real samples; the clips still calibrate and check the export")
-
-
-class SpeechVerify(_Frozen):
-    # a voice's check (its recipe: ``ci_tools.recipes.RECIPES``): a chip's graphs speak sentences, judged against
-    # CPU's audio chunk by chunk and by what a listener (Whisper base on CPU) hears
-    GRAPHS: ClassVar[tuple[str, ...]] = ("decoder", "encoder")
-    kind: Literal["speech"]
-    sentences: str = Field(description="a sentences.yaml (a list `sentences` of texts), relative to the repository")
-    per_chip: int = Field(default=3, ge=1, description="sentences each chip speaks on the HTP emulator (about 20 s "
-                          "per decoder chunk of 3 s of audio): chips take turns through the list; CPU speaks all")
-    min_snr_db: dict[Precision, float] = Field(
-        default={}, description="smallest waveform SNR of a chip's audio against CPU's, per decoder chunk (default "
-        "fp16 20 dB, w8a16 10 dB, int8 5 dB)")
-    max_abs: dict[Precision, float] = Field(
-        default={}, description="largest |HTP - CPU| of a decoder window's audio on the same input (default fp16 "
-        "0.25, w8a16 0.5, int8 0.75; audio in [-1, 1])")
-    max_wer: dict[Precision, Annotated[float, Field(ge=0, le=1)]] = Field(
-        default={}, description="largest word error rate of what the listener hears in the chip's audio against "
-        "what it hears in CPU's audio of the same sentences (default fp16 0.05, w8a16 0.15, int8 0.3)")
-    listener: str = Field(default="listener", description="the export's folder holding the listener's graphs (a "
-                          "speech recognizer export with a transcript recipe, run on CPU)")
 
 
 class AudioFrontEnd(_Frozen):
@@ -412,10 +362,10 @@ class Model(_Frozen):
     chips: list[str] = Field(min_length=1, description="chip names, aliases or groups from matrix/socs.yaml")
     exclude: list[Exclude] = []
     options: Options = Options()
-    verify: Annotated[TranscriptVerify | SpeechVerify, Field(discriminator="kind")] | None = Field(
-        default=None, description="verify the compiled graphs together: by what they transcribe (`transcript`: a "
-        "speech recognizer's encoder and decoder) or by what they say (`speech`: a voice's encoder and decoder, "
-        "heard by a listener); the per-graph comparison on generated inputs is skipped")
+    verify: Annotated[SerializeAsAny[RecipeVerify], BeforeValidator(RecipeVerify.dispatch)] | None = Field(
+        default=None, description="verify the compiled graphs together with a recipe (`kind`: one of the recipes of "
+        "ci_tools/recipes/, e.g. a speech recognizer by what it transcribes, a voice by what it says) instead of "
+        "graph by graph on generated inputs")
     samples: Samples | list[Samples] | None = Field(
         default=None, description="real inputs of the model's kind, from a pinned source with a front end: they "
         "verify every precision (as streams for a stateful graph), calibrate the quantized ones and are checked "
@@ -563,7 +513,7 @@ def _file_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
     """The licence file and the graphs must be files of the source (when no export makes the graphs)."""
     if model.license_file is not None and isinstance(model.source, (HfSource, PipSource, PartsSource)) \
             and model.license_file not in (model.source.file_names() if isinstance(model.source, PartsSource)
-                                           else _source_files(model.source)):
+                                           else source_files(model.source)):
         return (("models", i, "license_file"), f"'{model.license_file}' is not one of the source's files",
                 "add it with its sha256 under source.files")
     if isinstance(model.source, PartsSource):
@@ -571,7 +521,7 @@ def _file_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
         if problem is not None:
             return problem
     if model.export is None:  # the graphs are files of the source itself
-        files = model.source.file_names() if isinstance(model.source, PartsSource) else _source_files(model.source)
+        files = model.source.file_names() if isinstance(model.source, PartsSource) else source_files(model.source)
         for j, g in enumerate(model.graphs):
             if g.file not in files:
                 return (("models", i, "graphs", j, "file"), f"'{g.file}' is not one of the source's files",
@@ -583,14 +533,9 @@ _COUNT = {1: "one", 2: "two", 3: "three", 4: "four"}
 
 
 def _verify_errors(model: Model, i: int) -> tuple[Loc, str, str | None] | None:
-    if model.verify is not None and getattr(model.verify, "recordings", None) is not None:
-        rec = model.verify.recordings
-        files = set(_source_files(rec.source)) | set(getattr(rec.source, "join", {}))
-        for name in rec.texts:
-            if name not in files:
-                return (("models", i, "verify", "recordings", "texts", name),
-                        f"'{name}' is not one of the recordings' source files",
-                        did_you_mean(name, files) or "list it under source.files with its sha256")
+    problem = model.verify.problem() if model.verify is not None else None
+    if problem is not None:
+        return (("models", i, "verify", *problem[0]), problem[1], problem[2])
     if model.verify is not None and sorted(g.name for g in model.graphs) != sorted(model.verify.GRAPHS):
         graphs = sorted(model.verify.GRAPHS, reverse=True)
         return (("models", i, "verify"), f"{model.verify.kind} verification needs "
@@ -662,7 +607,7 @@ def fp16_refusal(model: Model, soc: Soc) -> str | None:
 def _parts_errors(src: PartsSource, i: int) -> tuple[Loc, str, str | None] | None:
     names: dict[str, int] = {}
     for k, sub in enumerate(src.sources):
-        for n in _source_files(sub):
+        for n in source_files(sub):
             if n in names:
                 return (("models", i, "source", "sources", k), f"two sources give a file named '{n}'",
                         f"sources[{names[n]}] has it too")
@@ -743,7 +688,7 @@ def _with_included(matrix: Matrix, path: Path, lines, catalog: Catalog) -> Matri
 
 
 def json_schema() -> str:
-    schema = Matrix.model_json_schema()
+    schema = tagged_schema(Matrix.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "qnn-release matrix (matrix/models.yaml)"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -7,6 +7,14 @@ together once they are all built (its verdict is in the targets' records before 
 of its own in an archive, give a device job its inputs, and add CLI verbs. Adding a family is adding a folder
 here and a line to ``RECIPES``: the stages above call the methods, never a recipe by name.
 
+A recipe's data is its own too. Where a generic record holds a recipe's part (the matrix's ``verify``, a
+target's and an archive's ``recipe`` result, a device's ``on_device.recipe`` figures), it is one field tagged
+with the recipe's kind, validated by the recipe's model (``verify_model``, ``result_model``, ``device_model``),
+and shown through its methods (``page_rows``, ``device_text``, ``measures``).
+
+This module is the registry: it imports no stage at run time (a recipe is imported by its path in ``RECIPES``
+when asked for), so every stage may call it, the matrix's validation included.
+
 A recipe depends on the stages below it (``sources``, ``prepare``, ``compile``, ``errors``), never on
 ``builder`` or ``cli``; those call into it.
 """
@@ -18,7 +26,9 @@ import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 if TYPE_CHECKING:
     import argparse
@@ -64,7 +74,7 @@ class ArchivePart:
 @dataclass(frozen=True, kw_only=True)
 class ArchiveExtras:
     members: list[Member] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)  # extra fields of metadata.json (``transcript``)
+    result: dict[str, Any] | None = None  # metadata.json's ``recipe`` (the recipe's ``result_model``, without kind)
     readme: dict[str, Any] = field(default_factory=dict)  # the archive README template's recipe section
 
 
@@ -103,11 +113,85 @@ class DeviceFeeds:
     real: bool  # recorded/real data (True) or synthetic
 
 
+class Tagged(BaseModel):
+    """A recipe's part of a generic record: a mapping tagged with the recipe's ``kind``, validated by the model
+    the recipe gives for it (the Recipe attribute ``part``). A recipe's model subclasses one of the bases below
+    with ``kind: Literal["<its kind>"]``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    part: ClassVar[str] = ""
+    kind: str
+
+    @classmethod
+    def variants(cls) -> dict[str, type[BaseModel]]:
+        """kind -> the model each registered recipe gives for this part."""
+        return {kind: m for kind in RECIPES if (m := getattr(get_recipe(kind), cls.part, None)) is not None}
+
+    @classmethod
+    def dispatch(cls, value: Any) -> Any:
+        """The pydantic before-validator of a field holding this part: a mapping becomes its recipe's model (its
+        errors keep their place); any other value is left to the base model to refuse."""
+        if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+            return value
+        variants = cls.variants()
+        model = variants.get(value["kind"])
+        if model is None:
+            raise ValidationError.from_exception_data(cls.__name__, [
+                {"type": "literal_error", "loc": ("kind",), "input": value["kind"],
+                 "ctx": {"expected": " or ".join(repr(k) for k in variants) or "(no recipe has one)"}}])
+        return model.model_validate(value)
+
+
+class RecipeVerify(Tagged):
+    """The matrix's ``verify``: the recipe that checks a model's graphs together, with its settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as the rest of the matrix
+    part: ClassVar[str] = "verify_model"
+    GRAPHS: ClassVar[tuple[str, ...]] = ()  # the graphs the check runs together
+
+    def problem(self) -> tuple[tuple[str | int, ...], str, str | None] | None:
+        """What the settings get wrong beyond their types: (place under ``verify``, message, hint), or None."""
+        return None
+
+
+class RecipeResult(Tagged):
+    """``metadata.json``'s ``recipe``: what the recipe's check measured for one archive's chip build."""
+
+    part: ClassVar[str] = "result_model"
+
+
+class RecipeFigures(Tagged):
+    """``on_device.recipe``: the recipe's figures from its graphs' runs on a real device."""
+
+    part: ClassVar[str] = "device_model"
+    real_time_factor: float | None = None  # device time per second of the model's medium: below 1 keeps up
+
+
+def tagged_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema whose tagged parts (``$defs`` RecipeVerify ...) are each the one-of its recipes' models."""
+    defs = schema.setdefault("$defs", {})
+    for base in (RecipeVerify, RecipeResult, RecipeFigures):
+        if base.__name__ not in defs:
+            continue
+        refs = {}
+        for kind, model in sorted(base.variants().items()):
+            sub = model.model_json_schema(ref_template="#/$defs/{model}")
+            defs.update(sub.pop("$defs", {}))
+            defs[model.__name__] = sub
+            refs[kind] = f"#/$defs/{model.__name__}"
+        defs[base.__name__] = {"description": (base.__doc__ or "").split("\n")[0], "oneOf": [
+            {"$ref": r} for r in refs.values()], "discriminator": {"propertyName": "kind", "mapping": refs}}
+    return schema
+
+
 class Recipe(Protocol):
     """A model family. Every method has a default that does nothing (a plain graph's behaviour), so a
     recipe implements what it adds and nothing else."""
 
     kind: str  # the matrix's ``verify.kind`` that names it
+    verify_model: type[RecipeVerify]  # the matrix's ``verify`` of a model it checks (``kind: Literal[kind]``)
+    result_model: type[RecipeResult] | None = None  # metadata.json's ``recipe``: ``archive_extras().result``
+    device_model: type[RecipeFigures] | None = None  # ``on_device.recipe``: ``device_summary()``
     check_version: int = 1  # bump when the recipe's check would judge a chip differently (part of the targets' key)
     pending_note: str = "verified by the recipe once every graph for this chip is built"
     inputs_note: str = "the recipe's own inputs"
@@ -148,8 +232,22 @@ class Recipe(Protocol):
         """What a device runs the graph on (None: the generic samples or generated inputs)."""
         return None
 
-    def device_summary(self, runs: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
-        """Extra fields of an archive's on-device figures (``speech``), from its graphs' device runs."""
+    def device_summary(self, runs: dict[str, Any], result: dict[str, Any]) -> dict[str, Any] | None:
+        """An archive's ``on_device.recipe`` figures (``device_model``, without kind) from its graphs' device runs
+        and its ``recipe`` result (metadata.json's); None: none."""
+        return None
+
+    def page_rows(self, result: dict[str, Any]) -> list[tuple[str, str]]:
+        """The release page's rows for an archive's ``recipe`` result: (term, text), in words."""
+        return []
+
+    def device_text(self, figures: dict[str, Any]) -> str:
+        """What the page adds to a device's latency for ``on_device.recipe`` ("real-time factor 0.021, ...")."""
+        return ""
+
+    def measures(self, result: dict[str, Any]) -> dict[str, float]:
+        """The numbers ``compare`` judges between two releases, from an archive's ``recipe`` result: ``wer`` (held
+        to the matrix's ``compare.wer_rise``) and ``<what>_snr_db`` (held to ``compare.snr_drop_db``)."""
         return {}
 
     def register_cli(self, sub: argparse._SubParsersAction) -> None:

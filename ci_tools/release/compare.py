@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..recipes import RECIPES, get_recipe
+from .metadata import recipe_result
 from .runtime import runtime_needed
 
 VERDICTS = ("real-samples", "generated-inputs", "not-verified")  # strongest first
@@ -42,7 +44,7 @@ class Numbers:
     device: str | None = None
     device_ms: float | None = None
     runtime: str | None = None
-    recipe: dict[str, float] = field(default_factory=dict)  # the recipe's own measures: wer, voice_snr_db
+    recipe: dict[str, float] = field(default_factory=dict)  # the recipe's own measures: wer, <what>_snr_db
     why: str | None = None  # a failed target's reason
 
 
@@ -77,12 +79,10 @@ def _from_metadata(n: Numbers, meta: dict) -> None:
     n.snr_db = min(snrs) if snrs else None
     ems = [g.get("emulator_latency_ms") for g in graphs]
     n.emulator_ms = round(sum(ems), 1) if ems and all(isinstance(x, (int, float)) for x in ems) else None
-    # the recipes' own measures, where recorded: Whisper's transcripts, the voice's round trip and decoder windows
-    for key, name, as_ in (("transcript", "wer", "wer"), ("speech", "wer", "wer"),
-                           ("speech", "worst_chunk_snr_db", "voice_snr_db")):
-        value = (meta.get(key) or {}).get(name) if isinstance(meta.get(key), dict) else None
-        if isinstance(value, (int, float)):
-            n.recipe[as_] = float(value)
+    # the recipe's own measures, where recorded (a word error rate, a waveform's SNR)
+    result = recipe_result(meta)
+    if result is not None and result.get("kind") in RECIPES:
+        n.recipe.update(get_recipe(result["kind"]).measures(result))
 
 
 def targets(manifest: dict, folder: Path | None) -> dict[str, Numbers]:
@@ -144,9 +144,10 @@ def judge(key: str, old: Numbers | None, new: Numbers | None, bounds) -> Row:
     wer_old, wer_new = old.recipe.get("wer"), new.recipe.get("wer")
     if wer_old is not None and wer_new is not None and wer_new - wer_old > bounds.wer_rise:
         bad.append(f"WER {wer_old:.1%} -> {wer_new:.1%}")
-    v_old, v_new = old.recipe.get("voice_snr_db"), new.recipe.get("voice_snr_db")
-    if v_old is not None and v_new is not None and v_old - v_new > bounds.snr_drop_db:
-        bad.append(f"voice SNR {v_old:.1f} -> {v_new:.1f} dB")
+    for name in sorted(k for k in old.recipe.keys() & new.recipe.keys() if k.endswith("_snr_db")):
+        v_old, v_new = old.recipe[name], new.recipe[name]
+        if v_old - v_new > bounds.snr_drop_db:
+            bad.append(f"{name.removesuffix('_snr_db').replace('_', ' ')} SNR {v_old:.1f} -> {v_new:.1f} dB")
     unjudged = [m for m in ("SNR", "WER") if _only_new(old, new, m)]
     if unjudged:
         changes.append(f"{' and '.join(unjudged)} not judged: the old side has no archive numbers (a published "

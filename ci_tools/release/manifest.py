@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..device.numbers import OnDevice
 from ..paths import PACKAGE
+from ..recipes import tagged_schema
 from ..util.precision import PRECISIONS, Precision
 
 SCHEMA_FILE = PACKAGE / "schemas" / "manifest.schema.json"
@@ -164,7 +165,7 @@ def validate_manifest(data: dict) -> Manifest:
 
 
 def json_schema() -> str:
-    schema = Manifest.model_json_schema()
+    schema = tagged_schema(Manifest.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "qnn-release manifest.json"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"

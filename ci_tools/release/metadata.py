@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny
 
 from ..device.numbers import DeviceRun, OnDevice
 from ..paths import PACKAGE
+from ..recipes import RECIPES, RecipeResult, tagged_schema
 from ..util.precision import Precision
 
 SCHEMA_FILE = PACKAGE / "schemas" / "metadata.schema.json"
-METADATA_VERSION = 2  # 2: numbers.<graph>.device and on_device from real devices (device-numbers.json)
+METADATA_VERSION = 3  # 2: numbers.<graph>.device and on_device from real devices (device-numbers.json);
+# 3: a recipe's result in one field tagged with its kind (`recipe`, `on_device.recipe`)
 
 
 class _M(BaseModel):
@@ -134,101 +136,8 @@ class GraphNumbers(_M):
                                      "device-numbers): latency, memory, placement, parity vs CPU, speedup vs its CPU")
 
 
-class TranscriptClip(_M):
-    file: str
-    reference: str = Field(description="what the clip says")
-    cpu: str = Field(description="the transcript with the exported graphs on CPU (ONNX Runtime)")
-    htp: str = Field(description="the transcript with this archive's binaries on the HTP emulator")
-    wer_vs_cpu: float
-    wer: float = Field(description="word error rate of the HTP transcript against what the clip says")
-    encoder_seconds: float
-    decoder_steps: int
-    decoder_seconds: float
-    audio_seconds: float | None = Field(default=None, description="the clip's length")
-
-
-class ExportCheck(_M):
-    tool: str | None = Field(description="the independent implementation the export was compared with")
-    equal: int = Field(description="clips it transcribed exactly as the exported graphs on CPU")
-    total: int
-    skipped: str | None = None
-
-
-class NearTie(_M):
-    file: str = Field(description="the clip or packed window")
-    offset: int = Field(description="the decoder step (position in the token sequence)")
-    cpu: str = Field(description="the token CPU rates best at that step, decoding along HTP's tokens")
-    htp: str = Field(description="the token HTP picked")
-    gap: float = Field(description="CPU's log-probability of its token minus HTP's (natural log; 0 is a tie)")
-    htp_gap: float | None = Field(default=None, description="HTP's log-probability of its token minus CPU's, from "
-                                  "its own logits at that step")
-
-
-class TranscriptNumbers(_M):
-    agree: int = Field(description="clips whose HTP transcript equals the CPU transcript")
-    wer_vs_cpu: float
-    max_wer_vs_cpu: float = Field(description="the bound the verification held it to")
-    wer: float = Field(description="word error rate of the HTP transcripts against what the clips say")
-    cpu_wer_all: float | None = Field(default=None, description="word error rate of the CPU transcripts of every "
-                                      "clip or recording of the model against what they say")
-    cpu_clips_all: int | None = Field(default=None, description="how many clips or recordings CPU transcribed")
-    recorded: bool | None = Field(default=None, description="true: recorded human speech (verify.recordings); "
-                                  "false: synthetic clips")
-    emulator_seconds_per_encoder_run: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
-    emulator_seconds_per_decoder_step: float = Field(description="on the x86-64 HTP EMULATOR, not a device")
-    verify_seconds: float = Field(description="what the transcript verification of this chip cost")
-    emulator_seconds_load: float | None = Field(default=None, description="loading both binaries on the x86-64 HTP "
-                                                "EMULATOR (once per chip: every clip runs in that session)")
-    emulator_real_time_factor: float | None = Field(
-        default=None, description="emulator seconds (encoder runs and decoder steps) per second of audio, on the "
-        "x86-64 HTP EMULATOR: what the check costs, not what a phone does")
-    clips: list[TranscriptClip]
-    export_check: ExportCheck
-    near_ties: list[NearTie] | None = Field(
-        default=None, description="where the HTP transcript differs from CPU's only through near-ties: each step "
-        "where the two pick other tokens on the same inputs, CPU's gap within near_tie_nats (passes the check)")
-    near_tie_nats: float | None = Field(default=None, description="the bound on CPU's gap for a near-tie")
-
-
-class SpeechSentence(_M):
-    text: str = Field(description="the sentence said")
-    cpu_heard: str = Field(description="what the listener (a speech recognizer on CPU) hears in CPU's audio of it")
-    htp_heard: str = Field(description="what the listener hears in this archive's binaries' audio (HTP emulator)")
-    wer_vs_cpu: float
-    wer: float = Field(description="word error rate of what is heard in the HTP audio against the sentence")
-    audio_seconds: float
-    pieces: int = Field(description="utterances the encoder ran on (a sentence longer than it takes is split)")
-    decoder_runs: int
-    worst_chunk_snr_db: float | None = Field(description="the worst decoder window's SNR against CPU on the same input")
-    worst_chunk_max_abs: float | None
-
-
-class SpeechNumbers(_M):
-    sentences: list[SpeechSentence]
-    wer_vs_cpu: float = Field(description="word error rate of what is heard in the HTP audio against what is heard "
-                              "in CPU's audio of the same sentences")
-    max_wer: float = Field(description="the bound the round trip was held to")
-    wer: float = Field(description="word error rate of what is heard in the HTP audio against the sentences")
-    worst_chunk_snr_db: float = Field(description="the worst decoder window's waveform SNR against CPU (same input)")
-    worst_chunk_max_abs: float
-    min_snr_db: float = Field(description="the bound the waveform check was held to")
-    max_abs: float | None = Field(default=None, description="the bound on a window's largest difference")
-    cpu_wer: float | None = Field(default=None, description="word error rate of what is heard in CPU's audio against "
-                                  "the sentences: the baseline the chip's audio is held to")
-    passed_by: list[str] = Field(description="the checks that passed: waveform, round trip (a verified build passes "
-                                 "both)")
-    emulator_real_time_factor: float = Field(description="emulator seconds per second of audio, on the x86-64 HTP "
-                                             "EMULATOR: what the check costs, not what a phone does")
-    emulator_first_audio_seconds: float = Field(description="from the call to the first window's audio, on the "
-                                                "EMULATOR")
-    emulator_seconds_per_encoder_run: float
-    emulator_seconds_per_decoder_run: float
-    verify_seconds: float
-    export_check: dict = Field(description="the cut graphs against the original on CPU: sentences, worst SNR")
-
-
 class Metadata(_M):
-    metadata_version: Literal[2]
+    metadata_version: Literal[3]
     toolkit: str
     toolkit_commit: str | None = Field(description="git commit of the repository that built it")
     created: str
@@ -242,14 +151,21 @@ class Metadata(_M):
         default=None, description="the graphs together on a real device of the chip (device-numbers.json): "
         "latency, speedup vs the device's CPU, a speech model's real-time factor; null: never measured")
     runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
-    transcript: TranscriptNumbers | None = Field(
-        default=None, description="speech models: the transcript verification of these binaries")
-    speech: SpeechNumbers | None = Field(
-        default=None, description="voices: what these binaries said, against CPU and as heard by a listener")
+    recipe: Annotated[SerializeAsAny[RecipeResult], BeforeValidator(RecipeResult.dispatch)] | None = Field(
+        default=None, description="a model verified by its recipe (the matrix's verify.kind): what the recipe's "
+        "check measured for these binaries, tagged with its kind")
+
+
+def recipe_result(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """An archive's recipe result as read from its metadata.json, of this version (``recipe``) or an older one
+    (a top-level key named after the recipe's kind, version 2)."""
+    if isinstance(meta.get("recipe"), dict):
+        return meta["recipe"]
+    return next(({"kind": k, **meta[k]} for k in RECIPES if isinstance(meta.get(k), dict)), None)
 
 
 def json_schema() -> str:
-    schema = Metadata.model_json_schema()
+    schema = tagged_schema(Metadata.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "qnn-release archive metadata.json"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -374,8 +374,8 @@ class _Archives:
         members += extras.members
         if len({m[0] for m in members}) != len(members):
             raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
-        meta = _metadata(self._metadata_fields(model, soc, sdk, records, preps, graphs, numbers,
-                                               extras.metadata))
+        result = {"kind": recipe.kind, **extras.result} if recipe is not None and extras.result else None
+        meta = _metadata(self._metadata_fields(model, soc, sdk, records, preps, graphs, numbers, result))
         meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
         members += [(f"{stem}/metadata.json", meta_json.encode()),
                     (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, runtime=runtime_advice(
@@ -424,14 +424,20 @@ class _Archives:
             number["device"] = run.model_dump(mode="json")
         return graph, number, prep
 
-    def _on_device(self, model: Model, records: list[TargetRecord], extra_metadata: dict) -> dict | None:
+    def _on_device(self, model: Model, records: list[TargetRecord], result: dict | None) -> dict | None:
+        """The archive's ``on_device`` from device-numbers.json, with its recipe's figures (from ``result``)."""
         runs = {r.graph: self.device.targets[r.id] for r in records if self.device and r.id in self.device.targets}
         recipe = recipe_for(model)
-        summary = on_device(runs, (lambda rs: recipe.device_summary(rs, extra_metadata)) if recipe else None)
+
+        def figures(rs: dict) -> dict | None:
+            found = recipe.device_summary(rs, result) if recipe is not None and result else None
+            return {"kind": recipe.kind, **found} if recipe is not None and found else None
+
+        summary = on_device(runs, figures)
         return summary.model_dump(mode="json") if summary else None
 
     def _metadata_fields(self, model: Model, soc, sdk: str, records: list[TargetRecord],
-                         preps: list[Prepared], graphs: list[dict], numbers: dict, extra: dict) -> dict:
+                         preps: list[Prepared], graphs: list[dict], numbers: dict, result: dict | None) -> dict:
         first = records[0]
         precision = first.precision
         act, weight = BITS[precision]
@@ -446,8 +452,7 @@ class _Archives:
             "quantization": {"precision": precision, "activation_bits": act, "weight_bits": weight,
                              "calibration_sha256": first.calibration_sha256, "weight_scales": first.weight_scales},
             "numbers": numbers, "runtime_libs": self.libs_name,
-            "on_device": self._on_device(model, records, extra),
-            "transcript": None, **extra,
+            "on_device": self._on_device(model, records, result), "recipe": result,
         }
 
 

@@ -24,11 +24,12 @@ from ..compile.records import REPORT, BuildReport
 from ..device.numbers import OnDevice
 from ..errors import PackageError
 from ..paths import TEMPLATES
+from ..recipes import RecipeResult, get_recipe
 from ..sources.store import sha256_file
 from ..util.files import write_atomic
 from ..util.validation import first_error
 from .manifest import PRECISION_ORDER, Manifest, ModelAsset
-from .metadata import Metadata, SpeechNumbers, TranscriptNumbers
+from .metadata import Metadata
 
 PAGE = "index.html"
 # published beside the archives; listed on the page with their sha256 (index.html itself cannot be)
@@ -104,8 +105,7 @@ def _ok_cell(asset: ModelAsset, meta: Metadata | None) -> dict:
             "by_max_abs": any(n.verification is not None and n.verification.passed_by == "max_abs" for n in numbers),
             "rules": [r for n in numbers if n.verification is not None for r in n.verification.rules or []],
             "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
-            "transcript": _transcript(meta.transcript if meta else None),
-            "speech": _speech(meta.speech if meta else None),
+            "recipe_rows": _recipe_rows(meta.recipe if meta else None),
             "device": _device(meta.on_device if meta else None)}
 
 
@@ -113,32 +113,15 @@ def _device(d: OnDevice | None) -> dict | None:
     """A real device's figures (device-numbers.json): NPU latency, speedup vs its CPU, or why there are none."""
     if not d:
         return None
+    figures = d.recipe.model_dump(mode="json") if d.recipe else None
     return {"status": d.status, "reason": d.reason, "device": d.device, "via": d.via,
             "latency_ms": d.latency_ms, "cpu_latency_ms": d.cpu_latency_ms, "speedup": d.speedup_vs_cpu,
-            "rtf": d.speech.real_time_factor if d.speech else None,
-            "ttft_ms": d.speech.time_to_first_token_ms if d.speech else None,
-            "voice_rtf": d.voice.real_time_factor if d.voice else None,
-            "first_audio_ms": d.voice.time_to_first_audio_ms if d.voice else None}
+            "recipe_text": get_recipe(figures["kind"]).device_text(figures) if figures else None}
 
 
-def _transcript(t: TranscriptNumbers | None) -> dict | None:
-    """A speech model's verification: HTP transcripts equal to CPU's, and the WER against the clips."""
-    if not t:
-        return None
-    return {"agree": t.agree, "clips": len(t.clips), "wer": t.wer, "wer_vs_cpu": t.wer_vs_cpu,
-            "cpu_wer_all": t.cpu_wer_all, "cpu_clips_all": t.cpu_clips_all,
-            "encoder_s": t.emulator_seconds_per_encoder_run, "step_s": t.emulator_seconds_per_decoder_step,
-            "rtf": t.emulator_real_time_factor,
-            "near_ties": [f"{n.cpu.strip()}/{n.htp.strip()}" for n in t.near_ties or []]}
-
-
-def _speech(s: SpeechNumbers | None) -> dict | None:
-    """A voice's verification: its worst decoder window against CPU, and what a listener heard."""
-    if not s:
-        return None
-    return {"sentences": len(s.sentences), "snr_db": s.worst_chunk_snr_db, "min_snr_db": s.min_snr_db,
-            "wer_vs_cpu": s.wer_vs_cpu, "wer": s.wer, "rtf": s.emulator_real_time_factor,
-            "first_audio_s": s.emulator_first_audio_seconds, "window_s": s.emulator_seconds_per_decoder_run}
+def _recipe_rows(result: RecipeResult | None) -> list[tuple[str, str]]:
+    """A model's recipe's rows (term, text): what its check measured for this archive."""
+    return get_recipe(result.kind).page_rows(result.model_dump(mode="json")) if result else []
 
 
 def _chart(title: str, unit: str, rows: list[tuple[str, float, str]]) -> dict:

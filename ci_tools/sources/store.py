@@ -448,9 +448,9 @@ def _unpack_key(src: PartsSource, name: str) -> str:
 
 
 def _names(src) -> list[str]:
-    from ..matrix.schema import _source_files
+    from ..matrix.schema import source_files
 
-    return _source_files(src)
+    return source_files(src)
 
 
 def _installed_file(name: str, version: str, member: str) -> Path | None:

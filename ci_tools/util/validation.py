@@ -70,7 +70,7 @@ def data_path(data: Any, loc: Loc) -> Loc:
 # regex -> what a human calls it; modules with patterned fields register theirs here
 PATTERN_HINTS: dict[str, str] = {}
 
-_TAGS = {"hf", "url", "path", "pip", "parts", "transcript", "function-after", "function-before"}
+_TAGS = {"hf", "url", "path", "pip", "parts", "function-after", "function-before"}
 
 
 def dotted_path(loc: Loc) -> str:
@@ -102,7 +102,7 @@ def field_info_at(root: type, loc: Loc) -> Any:
         t = _unwrap(t)
         origin = typing.get_origin(t)
         if isinstance(t, type) and issubclass(t, BaseModel):
-            f = t.model_fields.get(elem) if isinstance(elem, str) else None
+            f = _field(t, elem)
             if f is None:
                 return info
             info, t = f, f.annotation
@@ -125,7 +125,7 @@ def fields_at(root: type, loc: Loc) -> list[str]:
         t = _unwrap(t)
         origin = typing.get_origin(t)
         if isinstance(t, type) and issubclass(t, BaseModel):
-            f = t.model_fields.get(elem) if isinstance(elem, str) else None
+            f = _field(t, elem)
             if f is None:
                 return []
             t = f.annotation
@@ -139,6 +139,18 @@ def fields_at(root: type, loc: Loc) -> list[str]:
     if isinstance(t, type) and issubclass(t, BaseModel):
         return list(t.model_fields)
     return []
+
+
+def _field(model: type[BaseModel], elem: Any) -> Any:
+    """A model's field ``elem``; for a base whose subclasses hold the fields (a recipe's tagged part, which has
+    ``variants()``), the first variant's field of that name."""
+    if not isinstance(elem, str):
+        return None
+    if elem in model.model_fields:
+        return model.model_fields[elem]
+    variants = getattr(model, "variants", None)
+    return next((v.model_fields[elem] for v in (variants() if callable(variants) else {}).values()
+                 if elem in v.model_fields), None)
 
 
 def _tag_of(t: Any) -> Any:

@@ -8,7 +8,7 @@ from ci_tools.release.compare import Numbers, _from_metadata, judge
 
 def _voice(snr: float, wer: float) -> Numbers:
     n = Numbers(status="released", verdict="real-samples")
-    _from_metadata(n, {"numbers": {}, "speech": {"worst_chunk_snr_db": snr, "wer": wer}})
+    _from_metadata(n, {"numbers": {}, "recipe": {"kind": "speech", "worst_chunk_snr_db": snr, "wer": wer}})
     return n
 
 
@@ -22,3 +22,13 @@ def test_against_a_published_manifest_snr_is_said_not_judged():
     new = Numbers(status="released", verdict="real-samples", snr_db=10.0)
     row = judge("m/SM8750/fp16", old, new, Regressions())
     assert not row.regressions and any("SNR not judged" in c for c in row.changes)
+
+
+def test_an_older_release_s_recipe_result_is_read_under_its_kind():
+    """metadata.json version 2 kept a recipe's result under a top-level key named after its kind: compare still
+    judges a release packaged then against one packaged now."""
+    old = Numbers(status="released", verdict="real-samples")
+    _from_metadata(old, {"numbers": {}, "speech": {"worst_chunk_snr_db": 30.0, "wer": 0.0}})
+    assert old.recipe == {"wer": 0.0, "voice_snr_db": 30.0}
+    row = judge("voice/SM8750/fp16", old, _voice(8.0, 0.0), Regressions())
+    assert row.regressions == ["voice SNR 30.0 -> 8.0 dB"]

@@ -17,15 +17,16 @@ def test_a_speech_model_gets_its_real_time_factor_and_time_to_first_token():
     transcript = {"clips": [{"audio_seconds": 4.0, "decoder_steps": 20}, {"audio_seconds": 6.0, "decoder_steps": 30}]}
     from ci_tools.recipes import recipe_for
 
-    speech = recipe_for(_whisper_like_model())
+    recipe = recipe_for(_whisper_like_model())
     d = on_device({"encoder": run(200.0), "decoder": run(10.0)},
-                  lambda runs: speech.device_summary(runs, {"transcript": transcript}))
+                  lambda runs: {"kind": recipe.kind, **recipe.device_summary(runs, transcript)})
     # (2 encoder runs + 50 decoder steps) / 10 s of audio; first token after the encoder and the 4 prompt steps
-    assert d.speech.real_time_factor == pytest.approx((2 * 200 + 50 * 10) / 10000)
-    assert d.speech.time_to_first_token_ms == pytest.approx(200 + 4 * 10)
+    assert d.recipe.kind == "transcript" and d.recipe.real_time_factor == pytest.approx((2 * 200 + 50 * 10) / 10000)
+    assert d.recipe.time_to_first_token_ms == pytest.approx(200 + 4 * 10)
     assert d.latency_ms == 210.0 and d.status == "ok"
+    assert recipe.device_text(d.recipe.model_dump()) == "real-time factor 0.090, first token 240.0 ms"
     worse = on_device({"encoder": run(1.0), "decoder": DeviceRun(via="ai-hub", status="timeout", reason="slow")})
-    assert worse.status == "timeout" and worse.latency_ms is None and worse.speech is None
+    assert worse.status == "timeout" and worse.latency_ms is None and worse.recipe is None
 
 
 def test_the_catalog_names_a_device_for_a_chip_through_its_twin():

@@ -29,11 +29,25 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+REGISTRY = "ci_tools.recipes"  # the recipes' registry: imports no stage at run time, so every stage may call it
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for annotations: they never run)."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        todo += [c for c in ast.iter_child_nodes(node)
+                 if not (isinstance(c, ast.If) and isinstance(c.test, ast.Name) and c.test.id == "TYPE_CHECKING")]
+    return out
+
+
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
-    """Every ci_tools module ``name`` imports (lazy ones in functions too), with the line."""
+    """Every ci_tools module ``name`` imports at run time (lazy ones in functions too), with the line."""
     is_pkg = path.name == "__init__.py"
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = name.split(".") if is_pkg else name.split(".")[:-1]
@@ -67,8 +81,11 @@ def test_imports_point_down_the_flow():
     modules = _modules()
     upward = [f"{path.relative_to(PKG.parent)}:{ln} imports {m} ({LAYERS[_layer(m)]} comes after "
               f"{LAYERS[_layer(name)]})"
-              for name, path in modules.items() for ln, m in _imports(name, path, modules) if _layer(m) > _layer(name)]
+              for name, path in modules.items() for ln, m in _imports(name, path, modules)
+              if _layer(m) > _layer(name) and m != REGISTRY]
     assert not upward, "\n".join(upward)
+    # the registry may be called from any stage because it imports none: a recipe is imported by its path
+    assert not _imports(REGISTRY, modules[REGISTRY], modules), "ci_tools/recipes/__init__.py imports a stage"
 
 
 def test_no_import_cycle():
@@ -129,27 +146,90 @@ def test_every_name_imported_from_the_package_exists():
     assert not missing, "\n".join(missing)
 
 
+def _recipe_words() -> tuple[set[str], set[str]]:
+    """(the recipes' names: their folders, the recipes' kinds: their matrix ``verify.kind``), from the registry."""
+    from ci_tools.recipes import RECIPES
+
+    return {path.split(".")[2] for path in RECIPES.values()}, set(RECIPES)
+
+
+def _words(identifier: str) -> set[str]:
+    """An identifier's words, lower case: ``SpeechNumbers`` and ``speech_numbers`` are {speech, numbers}."""
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", identifier)}
+
+
+def _identifiers(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.arg, ast.keyword)) and node.arg:
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [node.asname or node.name.split(".")[-1]]
+    return []
+
+
+def _named_in(path: Path, names: set[str], kinds: set[str], where: object = None) -> list[str]:
+    """Where a module outside recipes/ names a recipe (in a string that is not a docstring) or uses a recipe's
+    name or kind as a word of an identifier or as a whole string (a key, a tag)."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    where = where or path.relative_to(PKG.parent)
+    out = []
+    for node in ast.walk(tree):
+        hit = {w for i in _identifiers(node) for w in _words(i)} & (names | kinds)
+        if hit:
+            out.append(f"{where}:{node.lineno} an identifier holds the recipe word {sorted(hit)[0]!r}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            text = node.value.lower()
+            if text.strip() in kinds or any(re.search(rf"\b{n}\b", text) for n in names):
+                out.append(f"{where}:{node.lineno} names a recipe: {node.value[:60]!r}")
+    return out
+
+
 def test_no_stage_names_a_recipe():
     """A model family is a folder in recipes/ and a line in its registry: the stages reach it through
-    ``ci_tools.recipes`` (the Recipe Protocol), never import a recipe's module, and no string of theirs
-    names one (issue #32). Docstrings and comments may cite a measurement made on one."""
+    ``ci_tools.recipes`` (the Recipe Protocol), never import a recipe's module, and no string or name of theirs
+    holds a recipe's name or kind (issues #32, #45): a recipe's data is one field tagged with its kind. Docstrings
+    and comments may cite a measurement made on one."""
     modules = _modules()
     recipes = {n for n in modules if n.startswith("ci_tools.recipes.")}
+    names, kinds = _recipe_words()
     named = []
     for name, path in modules.items():
         if name == "ci_tools.recipes" or name.startswith("ci_tools.recipes."):
             continue
         named += [f"{path.relative_to(PKG.parent)}:{ln} imports {m}" for ln, m in _imports(name, path, modules)
                   if m in recipes]
-        tree = ast.parse(path.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree)
-                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
-                    and any(r in node.value.lower() for r in ("whisper", "piper")):
-                named.append(f"{path.relative_to(PKG.parent)}:{node.lineno} names a recipe: {node.value[:60]!r}")
+        named += _named_in(path, names, kinds)
+    templates = PKG / "_data" / "templates"
+    for t in sorted(templates.rglob("*.j2")):
+        if "recipes" in t.relative_to(templates).parts:
+            continue
+        for i, line in enumerate(t.read_text().splitlines(), 1):
+            code = " ".join(re.findall(r"\{[{%](.*?)[}%]\}", line))
+            hit = set(re.findall(r"\w+", code.lower())) & (names | kinds)
+            if hit:
+                named.append(f"{t.relative_to(PKG.parent)}:{i} names the recipe word {sorted(hit)[0]!r}")
     assert not named, "\n".join(named)
+
+
+def test_the_name_scan_sees_a_recipe_s_word_in_a_stage(tmp_path):
+    """The scan above is not vacuous: a record field named after a kind, a kind as a key, and a recipe's name in
+    a message are each caught."""
+    names, kinds = _recipe_words()
+    kind, name = sorted(kinds)[0], sorted(names)[0]
+    module = tmp_path / "m.py"
+    module.write_text(f'x = meta.get("{kind}")\nclass {kind.title()}Numbers:\n    pass\n'
+                      f'raise SystemExit("the {name.title()} archive is broken")\n')
+    lines = _named_in(module, names, kinds, where=module.name)
+    assert len(lines) == 3, lines
+    assert not _named_in(PKG / "release" / "page.py", names, kinds)
 
 
 def test_every_subprocess_goes_through_the_one_chokepoint():

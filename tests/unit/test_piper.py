@@ -147,15 +147,15 @@ def test_a_chips_speech_is_judged_by_its_waveform_and_by_what_the_listener_hears
     from types import SimpleNamespace
 
     from ci_tools.compile.records import TargetRecord
-    from ci_tools.matrix.schema import SpeechVerify
     from ci_tools.recipes.piper.check import _apply
+    from ci_tools.recipes.piper.results import SpeechVerify
 
     model = SimpleNamespace(verify=SpeechVerify(kind="speech", sentences="s.yaml"))
     rs = [TargetRecord.make(id=f"v.{g}.sm8550.fp16", model="v", graph=g, soc="SM8550", precision="fp16", status="ok")
           for g in ("encoder", "decoder")]
     judged = _apply(model, rs, _result(**change), {"passed": True})
     for r in judged:
-        assert r.speech["passed_by"] == passed_by and r.verify_kind == "speech"
+        assert r.recipe["passed_by"] == passed_by and r.recipe["kind"] == r.verify_kind == "speech"
         if message is None:
             assert r.verified is True and r.status == "ok"
         else:

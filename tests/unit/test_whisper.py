@@ -201,9 +201,9 @@ def test_a_transcript_that_differs_only_by_near_ties_passes_and_says_where():
               "emulator_seconds_per_decoder_step": 0.1}
     for r in check._apply(model, rs, check.ChipResult(**result), None, recorded=True):
         assert r.status == "ok" and r.verified and r.verified_on == "real-samples"
-        assert r.transcript["near_ties"] == [{"file": "002.wav", **{k: v for k, v in tie.items()
+        assert r.recipe["near_ties"] == [{"file": "002.wav", **{k: v for k, v in tie.items()
                                                                     if k != "end_of_text"}}]
-        assert r.transcript["near_tie_nats"] == check.NEAR_TIE_NATS
+        assert r.recipe["near_tie_nats"] == check.NEAR_TIE_NATS
     beyond = {**tie, "offset": 12, "gap": check.NEAR_TIE_NATS * 4}
     for bad, why in (
             ({**differs, "divergent_steps": [tie, beyond]}, "step 12: HTP ' Clothes' for CPU's ' Cloves': 0.4 nats"),

@@ -34,7 +34,7 @@ from ..whisper.check import wer
 from .export import sentences_of, snr_db
 from .runtime import Voice, write_wav
 
-CHECK_VERSION = 1
+CHECK_VERSION = 2  # 2: the record holds its result in `recipe`, tagged with the kind
 SAMPLE_WAV = "speech-sample.wav"  # in each target's folder: the chip's audio of its first sentence
 LISTENER_RATE = 16000
 DEFAULT_MIN_SNR_DB = {"fp16": 20.0, "w8a16": 10.0, "int8": 5.0}
@@ -291,7 +291,7 @@ def _apply(model, rs: list[TargetRecord], result: ChipResult | str | None, expor
                                           f"{cpu_wer:.3f} in CPU's (more than {max_wer} apart)")
         summary["passed_by"] = [name for name, why in failures.items() if not why]
         parity = result.parity.get(r.graph)
-        r = r.with_(speech=summary, **({"parity": parity} if parity is not None else {}),
+        r = r.with_(recipe={"kind": "speech", **summary}, **({"parity": parity} if parity is not None else {}),
                     emulator_seconds=(result.emulator_seconds_per_encoder_run if r.graph == "encoder"
                                       else result.emulator_seconds_per_decoder_run))
         why = [w for ws in failures.values() for w in ws]

@@ -32,7 +32,7 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
         (f"{top}/duration.onnx", export / "duration.onnx"),
         (f"{top}/voice.json", (json.dumps(voice, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()),
         (f"{top}/speak.py", Path(runtime.__file__).read_bytes())]
-    speech = records[0].speech
+    speech = records[0].recipe
     if not speech:
         return members, None
     first = speech["sentences"][0]

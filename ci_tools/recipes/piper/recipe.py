@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from .. import ArchiveExtras, ArchivePart, ChipCheck, Recipe, TwinExtras, TwinPart
 from .check import CHECK_VERSION
+from .results import SpeechNumbers, SpeechVerify, VoiceFigures
 
 
 class PiperRecipe(Recipe):
     kind = "speech"
+    verify_model = SpeechVerify
+    result_model = SpeechNumbers
+    device_model = VoiceFigures
     check_version = CHECK_VERSION
     pending_note = "verified by what it says once both graphs for this chip are built"
     inputs_note = "the model's sentences (speech verification: waveform against CPU and a listener's round trip)"
@@ -48,11 +52,11 @@ class PiperRecipe(Recipe):
         return check_speech(check)
 
     def verification(self, model, record) -> dict | None:
-        if not record.speech:
+        if not record.recipe:
             return None
         from ...compile.records import verdict
 
-        s = record.speech
+        s = record.recipe
         return {"inputs": "real", "verdict": verdict(record), "source": model.verify.sentences,
                 "samples": len(s["sentences"]), "passed_by": None,
                 "description": (f"sentences spoken on the emulator: every decoder window against CPU (worst "
@@ -63,7 +67,7 @@ class PiperRecipe(Recipe):
         from .package import archive_extras, readme_context
 
         members, speech = archive_extras(part.report, part.model, part.soc, part.records, part.stem)
-        return ArchiveExtras(members=members, metadata={"speech": speech},
+        return ArchiveExtras(members=members, result=speech,
                              readme=readme_context(part.stem, members, part.binaries))
 
     def calibration(self, loaded, model, graph: str, export):
@@ -82,21 +86,38 @@ class PiperRecipe(Recipe):
         return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds, real=True,
                            note=f"{sentences} sentences of the model ({graph} inputs as CPU says them)")
 
-    def device_summary(self, runs, metadata):
+    def device_summary(self, runs, result):
         """Real-time factor and time to first audio from the encoder run and decoder window on the device and
         the runs the chip build took on its sentences."""
-        speech = metadata.get("speech")
-        if not speech or not {"encoder", "decoder"} <= runs.keys():
-            return {}
-        said = speech["sentences"]
+        if not {"encoder", "decoder"} <= runs.keys():
+            return None
+        said = result["sentences"]
         enc, dec = runs["encoder"].latency.median_ms, runs["decoder"].latency.median_ms
         audio = sum(s["audio_seconds"] for s in said)
         n_enc, n_dec = sum(s["pieces"] for s in said), sum(s["decoder_runs"] for s in said)
         if not audio:
-            return {}
-        return {"voice": {"real_time_factor": round((n_enc * enc + n_dec * dec) / (audio * 1000.0), 4),
-                          "time_to_first_audio_ms": round(enc + dec, 3), "sentences": len(said),
-                          "audio_seconds": round(audio, 3), "encoder_runs": n_enc, "decoder_windows": n_dec}}
+            return None
+        return {"real_time_factor": round((n_enc * enc + n_dec * dec) / (audio * 1000.0), 4),
+                "time_to_first_audio_ms": round(enc + dec, 3), "sentences": len(said),
+                "audio_seconds": round(audio, 3), "encoder_runs": n_enc, "decoder_windows": n_dec}
+
+    def page_rows(self, result):
+        s = SpeechNumbers.model_validate(result)
+        return [("speech", f"{len(s.sentences)} sentences: every decoder window at {s.worst_chunk_snr_db:.1f} dB SNR "
+                           f"or more against CPU (bound {s.min_snr_db:.0f} dB); heard by the listener: WER vs CPU's "
+                           f"audio {s.wer_vs_cpu:.2f}, vs the sentences {s.wer:.2f}"),
+                ("emulator", f"{s.emulator_seconds_per_decoder_run:.1f} s per decoder window, real-time factor "
+                             f"{s.emulator_real_time_factor:.1f}, first audio after "
+                             f"{s.emulator_first_audio_seconds:.1f} s (x86-64 HTP emulator, not a device)")]
+
+    def device_text(self, figures):
+        return (f"real-time factor {figures['real_time_factor']:.3f}, first audio "
+                f"{figures['time_to_first_audio_ms']:.1f} ms")
+
+    def measures(self, result):
+        out = {name: float(result[key]) for key, name in (("wer", "wer"), ("worst_chunk_snr_db", "voice_snr_db"))
+               if isinstance(result.get(key), (int, float))}
+        return out
 
     def twin(self, part: TwinPart) -> TwinExtras | None:
         from .twin import twin_extras

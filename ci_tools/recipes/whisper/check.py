@@ -31,8 +31,8 @@ from ...util.text import step_done
 from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
 
-CHECK_VERSION = 4  # bump when a change here should verify every chip again (3: clips packed into windows;
-# 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties)
+CHECK_VERSION = 5  # bump when a change here should verify every chip again (3: clips packed into windows;
+# 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties; 5: the result in `recipe`, tagged)
 GAP_SECONDS = 0.5  # silence between two clips packed into one window
 DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
 # A near-tie: where HTP's transcript leaves CPU's, CPU (decoding along HTP's tokens) rates HTP's token within this
@@ -456,11 +456,12 @@ def _apply(model, rs: list[TargetRecord], result: ChipResult | str | None, expor
         summary["max_wer_vs_cpu"] = limit
         summary["export_check"] = export_check
         parity = result.parity.get(r.graph)
-        r = r.with_(transcript=summary, **({"parity": parity} if parity is not None else {}),
+        r = r.with_(recipe={"kind": "transcript", **summary}, **({"parity": parity} if parity is not None else {}),
                     emulator_seconds=(result.emulator_seconds_per_encoder_run if r.graph == "encoder"
                                       else result.emulator_seconds_per_decoder_step))
         if near_ties is not None:
-            r = r.with_(transcript={**summary, "near_ties": near_ties, "near_tie_nats": NEAR_TIE_NATS})
+            r = r.with_(recipe={"kind": "transcript", **summary, "near_ties": near_ties,
+                                "near_tie_nats": NEAR_TIE_NATS})
         if result.wer_vs_cpu > limit and near_ties is None:
             worst_clip = max(result.clips, key=lambda c: c["wer_vs_cpu"])
             r = _fail(r, VerifyError(

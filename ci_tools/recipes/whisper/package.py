@@ -29,7 +29,7 @@ def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord],
     members: list[tuple[str, Path | bytes]] = [(f"{top}/{f}", export / f) for f in FILES]
     members += [(f"{top}/whisper.json", (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
                 (f"{top}/transcribe.py", Path(runtime.__file__).read_bytes())]
-    transcript = records[0].transcript
+    transcript = records[0].recipe
     if not transcript:
         return members, None
     first = transcript["clips"][0]
