@@ -135,7 +135,8 @@ def main(argv: list[str]) -> int:
         print("usage: qairt_zip.py fetch ENDPOINT REPO REVISION FILE SHA256 VERSION DEST", file=sys.stderr)
         return 2
     try:
-        print(fetch(*argv[1:7], Path(argv[7])))
+        endpoint, repo, revision, file, sha256, version = argv[1:7]
+        print(fetch(endpoint, repo, revision, file, sha256, version, Path(argv[7])))
     except ZipRefused as e:
         print(f"qairt_zip: error: {e}", file=sys.stderr)
         return 4

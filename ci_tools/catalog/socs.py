@@ -247,7 +247,7 @@ def _check_semantics(cat: Catalog, path: Path, lines: dict) -> None:
         _check_spellings(err, soc, i, seen, ids)
         _check_sources(err, cat, soc, i)
         if soc.build_as is not None:
-            _check_build_as(err, soc, i, by_name)
+            _check_build_as(err, soc, soc.build_as, i, by_name)
     first: dict[int, Soc] = {}
     for i, soc in enumerate(cat.socs):
         if soc.build_as is None:
@@ -271,7 +271,7 @@ def _check_semantics(cat: Catalog, path: Path, lines: dict) -> None:
 
 def _check_spellings(err, soc: Soc, i: int, seen: dict[str, str], ids: dict[int, str]) -> None:
     """A name, alias, marketing name or kernel soc_id points to one chip."""
-    keys = [(soc.name, ("socs", i, "name"))]
+    keys: list[tuple[str, tuple[str | int, ...]]] = [(soc.name, ("socs", i, "name"))]
     keys += [(k, ("socs", i, f, j)) for f in UNIQUE_SPELLINGS for j, k in enumerate(getattr(soc, f))]
     if soc.marketing:
         keys.append((soc.marketing, ("socs", i, "marketing")))
@@ -308,12 +308,12 @@ def _check_sources(err, cat: Catalog, soc: Soc, i: int) -> None:
                           f"declare it under 'sources:' ({', '.join(cat.sources)})")
 
 
-def _check_build_as(err, soc: Soc, i: int, by_name: dict[str, Soc]) -> None:
-    """A chip that builds as another shares its soc_model, arch, VTCM and fp16."""
-    target = by_name.get(soc.build_as)
+def _check_build_as(err, soc: Soc, build_as: str, i: int, by_name: dict[str, Soc]) -> None:
+    """A chip that builds as another (``build_as``, its setting) shares its soc_model, arch, VTCM and fp16."""
+    target = by_name.get(build_as)
     if target is None or target.build_as is not None or target is soc:
-        raise err(("socs", i, "build_as"), f"{soc.name}.build_as: '{soc.build_as}' is not a build target",
-                  did_you_mean(soc.build_as, by_name) or "name a chip without build_as")
+        raise err(("socs", i, "build_as"), f"{soc.name}.build_as: '{build_as}' is not a build target",
+                  did_you_mean(build_as, by_name) or "name a chip without build_as")
     for field in ("soc_model", "htp_arch", "vtcm_mb", "fp16"):
         mine, theirs = getattr(soc, field), getattr(target, field)
         if mine != theirs and not (field in ("vtcm_mb", "fp16") and mine is None):

@@ -14,6 +14,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
 from ..errors import QnnReleaseError, UsageError
 from ..util.text import clip
@@ -79,11 +80,12 @@ def suggest_graph(path: Path, inputs: list[dict], given: dict[str, list[int]] | 
     if not name[0].isalnum():
         name = "g" + name
     entry: dict = {"name": name[:64], "file": file or path.name}  # a name: the matrix's limit
-    specs = {}
+    specs: dict[str, dict] = {}
+    shapes = given or {}
     for i in inputs:
         dynamic = any(not isinstance(d, int) for d in i["dims"])
-        if i["name"] in (given or {}):
-            specs[i["name"]] = {"shape": given[i["name"]], **({"dtype": "int32"} if i["dtype"] == "int64" else {})}
+        if i["name"] in shapes:
+            specs[i["name"]] = {"shape": shapes[i["name"]], **({"dtype": "int32"} if i["dtype"] == "int64" else {})}
         elif dynamic or i["dtype"] == "int64":
             shape = [d if isinstance(d, int) else (1 if k == 0 or BATCH.search(str(d)) else length)
                      for k, d in enumerate(i["dims"])]
@@ -131,12 +133,13 @@ def control_flow(m, entry: dict) -> list[dict]:
     rate, a mode flag) folds once they are `graphs[].constants`; one decided by the data does not, and
     the graph has to be split or rewritten there."""
     inputs = {v.name: v for v in m.graph.input}
-    producer, ifs = {}, []
+    producer: dict[str, Any] = {}
+    ifs: list = []
     _index(m.graph, producer, ifs)
     found = []
     for node in ifs:
         sources, shaped = _condition_sources(node, producer, inputs)
-        small = {x for x in sources if _elements(inputs[x], entry) is not None and _elements(inputs[x], entry) <= 1}
+        small = {x for x in sources if (n := _elements(inputs[x], entry)) is not None and n <= 1}
         if sources and small == sources:
             moved = [x for x in sorted(sources) if x in entry.get("inputs", {})]
             fix = (("replace inputs." + ", inputs.".join(moved) + " with " if moved else "")
@@ -237,11 +240,12 @@ def inspect(path: Path, socs, samples: Path | None = None, given: list[str] | No
     given_shapes.update(sample_shapes(feeds or {}, inputs, given_shapes))
     source, member = suggest_source(path)
     entry = suggest_graph(path, inputs, given_shapes, file=member, ranges=value_ranges)
-    report = {"model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
-              "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
-              "ops": dict(ops.most_common()), "suggested_source": source, "suggested_graph": entry,
-              "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": [],
-              "source_kind": source_kind(m)}
+    report: dict[str, Any] = {
+        "model": str(path), "opset": {o.domain or "ai.onnx": o.version for o in m.opset_import},
+        "inputs": inputs, "outputs": outputs, "nodes": len(m.graph.node),
+        "ops": dict(ops.most_common()), "suggested_source": source, "suggested_graph": entry,
+        "control_flow": control_flow(m, entry), "prepare": None, "htp": [], "notes": [],
+        "source_kind": source_kind(m)}
     with tempfile.TemporaryDirectory() as tmp:
         prepared, entry = _prepare_at_lengths(path, inputs, (given_shapes, value_ranges, feeds), member, Path(tmp),
                                               report)
@@ -262,10 +266,10 @@ def _prepare_at_lengths(path: Path, inputs: list[dict], given: tuple, member, tm
     graph (None when no length works, the error in ``report``) and the entry that worked. ``given``: the shapes
     and value ranges given, and the real samples (by file) prepare's check runs on, or None."""
     given_shapes, value_ranges, feeds = given
-    from ..matrix.schema import Graph, InputSpec, Options
+    from ..matrix.schema import Graph, InputSpec, Model, Options
     from ..prepare.graph import prepare
 
-    model = SimpleNamespace(name="inspect", options=Options())
+    model = cast(Model, SimpleNamespace(name="inspect", options=Options()))  # prepare reads these two only
     defaulted = any(i["name"] not in given_shapes and any(not isinstance(d, int) for d in i["dims"][1:])
                     for i in inputs)
     first_error, prepared = None, None
@@ -281,8 +285,8 @@ def _prepare_at_lengths(path: Path, inputs: list[dict], given: tuple, member, tm
             if "do not line up" not in str(e):
                 break
     if first_error is not None and prepared is not None:
-        first_error = str(first_error).split(" (hint:")[0]
-        report["notes"].append(f"at length {LENGTHS[0]}: {str(first_error).split(': ', 1)[-1]}; the lengths "
+        said = str(first_error).split(" (hint:")[0]
+        report["notes"].append(f"at length {LENGTHS[0]}: {said.split(': ', 1)[-1]}; the lengths "
                                f"now suggested work ({length}): the app's sizes must be multiples of the "
                                "network's stride")
     if prepared is None:

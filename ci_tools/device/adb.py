@@ -15,23 +15,29 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..util import cmd
 from ..util.text import clip
 
+if TYPE_CHECKING:
+    from .numbers import Status
+
 
 class AdbFault(Exception):
-    def __init__(self, status: str, reason: str):
+    def __init__(self, status: Status, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
 
 
 class Adb:
     def __init__(self, serial: str | None = None, exe: str | None = None, log: Path | None = None):
-        self.exe = exe or os.environ.get("ADB") or shutil.which("adb")
-        if not self.exe:
+        found = exe or os.environ.get("ADB") or shutil.which("adb")
+        if not found:
             raise AdbFault("unavailable", "no adb: install Android platform-tools, or set ADB to its path")
+        self.exe: str = found
         self.log = log
+        self._pushed: int | None = None  # the HTP arch whose runtime via_adb pushed to the phone
         self.serial = serial or os.environ.get("ANDROID_SERIAL") or self._only_phone()
 
     def _run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from ..prepare.graph import Prepared
 from ..util.metrics import compare, worst
 from ..util.qnn_version import major_minor, triple  # noqa: F401 (the device routes take them from here)
 from .inputs import MAX_ENTRIES, DeviceInputs
-from .numbers import DeviceNumbers, DeviceParity
+from .numbers import DeviceNumbers, DeviceParity, Status
 
 
 @dataclass(kw_only=True)
@@ -80,7 +80,7 @@ def now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def status_of(parity: DeviceParity | str) -> tuple[str, str | None]:
+def status_of(parity: DeviceParity | str) -> tuple[Status, str | None]:
     """A measured run's status: ok, parity-failed (its outputs disagree with CPU), or failed when no outputs
     came back to judge (the timings stand; a missing answer is not a wrong one)."""
     if isinstance(parity, str):
@@ -92,24 +92,25 @@ def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[
           outputs: dict | None) -> DeviceParity | str:
     """The device's outputs against CPU on the same inputs, by the thresholds the emulator is held to; a string
     says why there was nothing to judge."""
-    base = {"samples": len(inp.feeds), "inputs": inp.note, "verdict": inp.verdict}
     got = outputs_in_order(inp, names, outputs)
     if isinstance(got, str):
         return got
     model = loaded.matrix.model(r.model)
     overall = worst([compare(np.asarray(a), np.asarray(b)) for ref, dev in zip(inp.reference, got)
                      for a, b in zip(ref, dev)])
-    numbers = {"cosine": round(overall.cosine, 6), "snr_db": round(overall.snr_db, 2),
-               "max_abs": float(f"{overall.max_abs:.4g}"), "nan_count": overall.nan_count}
     try:
         how = Judging.of(model.options, precision=r.precision, inputs_note=inp.note, argmax=inp.argmax or None)
         v = check(r.id, inp.output_names, inp.reference, got, thresholds_for(model.options, r.precision), None,
                   inp.names, how)
     except VerifyError as e:
-        return DeviceParity(**numbers, passed=False, failure=f"on the device: {e.message}", **base)
+        return DeviceParity(cosine=round(overall.cosine, 6), snr_db=round(overall.snr_db, 2),
+                            max_abs=float(f"{overall.max_abs:.4g}"), nan_count=overall.nan_count, passed=False,
+                            failure=f"on the device: {e.message}", samples=len(inp.feeds), inputs=inp.note,
+                            verdict=inp.verdict)
     p = v.parity  # the numbers the judge passed it on (per output, over the samples), as the emulator's are kept
     return DeviceParity(cosine=round(p.cosine, 6), snr_db=round(p.snr_db, 2), max_abs=float(f"{p.max_abs:.4g}"),
-                        nan_count=p.nan_count, passed=True, worst_output=v.worst_output, **base)
+                        nan_count=p.nan_count, passed=True, worst_output=v.worst_output, samples=len(inp.feeds),
+                        inputs=inp.note, verdict=inp.verdict)
 
 
 def outputs_in_order(inp: DeviceInputs, names: dict[str, str], outputs: dict | None):

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..util.text import clip
-from .numbers import CpuBaseline, Device, Latency, Placement
+from .numbers import CpuBaseline, Device, Latency, Placement, Status
 
 DEFAULT_URL = "https://workbench.aihub.qualcomm.com"
 TOKEN_ENV = "QAI_HUB_API_TOKEN"  # noqa: S105 (the name of the env var the release workflow sets from its secret)
@@ -64,7 +64,7 @@ def credentials(env: Mapping[str, str]) -> tuple[str | None, str, str | None]:
 class HubFault(Exception):
     """Why AI Hub could not measure: ``status`` is a DeviceRun status, ``reason`` one line."""
 
-    def __init__(self, status: str, reason: str):
+    def __init__(self, status: Status, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
 
@@ -76,7 +76,7 @@ class JobState:
     reason: str | None = None
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     """The client's messages come in text boxes over several lines (box-drawing characters): one line of what
     they say, without the box."""
     parts = [re.sub(r"[\u2500-\u257f]+", " ", ln) for ln in str(text).splitlines()]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal, cast
 
 from ..compile.records import REPORT
 from ..matrix.schema import load_matrix
@@ -22,10 +23,12 @@ from .numbers import FILE, DeviceNumbers, DeviceRun
 # The device routes, as compile/backends has BACKENDS: each module has ``measure(out, loaded, report, records,
 # settings, env, runs) -> (note, runtimes)``; adding a route is adding a module and a line here.
 VIAS = {"ai-hub": "ci_tools.device.via_hub", "adb": "ci_tools.device.via_adb"}
+Via = Literal["ai-hub", "adb"]
 
 
-def device_numbers(out: Path, *, via: str = "ai-hub", soc: list[str] | None = None, model: list[str] | None = None,
-                   settings: Settings | None = None, env: Mapping[str, str] | None = None) -> DeviceNumbers:
+def device_numbers(out: Path, *, via: Via = "ai-hub", soc: list[str] | None = None,
+                   model: list[str] | None = None, settings: Settings | None = None,
+                   env: Mapping[str, str] | None = None) -> DeviceNumbers:
     """Measure every built target of ``out`` on a device and write ``out/device-numbers.json``."""
     env = os.environ if env is None else env
     out = Path(out)
@@ -43,7 +46,8 @@ def device_numbers(out: Path, *, via: str = "ai-hub", soc: list[str] | None = No
     finally:  # stopped or not, what was measured is written, and every other target says why it has nothing
         for r in records:
             run = runs.get(r.id) or DeviceRun(via=via, status="timeout", reason="not measured: the run was stopped")
-            runs[r.id] = run.model_copy(update={"binary_sha256": sha256_file(out / r.id / r.binaries[0])})
+            binaries = cast("list[str]", r.binaries)  # a built target's (select_targets keeps those)
+            runs[r.id] = run.model_copy(update={"binary_sha256": sha256_file(out / r.id / binaries[0])})
         numbers = DeviceNumbers(via=via, created=now(), note=note, targets=runs, runtimes=runtimes)
         numbers.write(out / FILE)
     return numbers

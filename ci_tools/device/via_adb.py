@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from ..util.text import clip
 from .adb import Adb, AdbFault
 from .common import Settings, judge, log_path, major_minor, now, prepared_for, status_of
 from .inputs import device_inputs
-from .numbers import Device, DeviceRun, Latency
+from .numbers import Device, DeviceRun, Latency, Status
 
 REMOTE = "/data/local/tmp/qnn-release"
 SYSTEM_DSP = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/system/lib/rfsa/adsp;/dsp"  # where the phone's own DSP libs live
@@ -111,7 +112,7 @@ def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecor
             settings: Settings) -> DeviceRun:
     adb, backend, chip, device = phone.adb, phone.backend, phone.chip, phone.device
 
-    def said(status: str, reason: str) -> DeviceRun:
+    def said(status: Status, reason: str) -> DeviceRun:
         return DeviceRun(via="adb", status=status, reason=reason, device=device)
 
     if chip is None or chip.name != r.soc:
@@ -123,20 +124,21 @@ def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecor
         return said("skipped", f"QAIRT {version} at {backend.root} is older than QNN {r.sdk_version}, which built "
                     "the binary (a runtime older than the build cannot load it)")
     try:
-        return _run(out, loaded, report, r, phone, settings)
+        return _run(out, loaded, report, r, phone, chip, settings)
     except AdbFault as f:
         return said(f.status, f.reason)
     except QnnReleaseError as e:
         return said("failed", str(e))
 
 
-def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, phone: _Phone,
+def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, phone: _Phone, chip: Soc,
          settings: Settings) -> DeviceRun:
-    adb, backend, chip, device = phone.adb, phone.backend, phone.chip, phone.device
+    """One target on the phone (``chip``: the phone's, the target's own)."""
+    adb, backend, device = phone.adb, phone.backend, phone.device
     prep = prepared_for(report, r)
     inp = device_inputs(loaded, report, loaded.matrix.model(r.model), prep, default_cache(),
                         max_entries=settings.max_entries)
-    binary = out / r.id / r.binaries[0]
+    binary = out / r.id / cast("list[str]", r.binaries)[0]  # a built target's
     lib = f"{REMOTE}/lib"
     _push_runtime(adb, backend.root, chip.htp_arch, lib)
     remote = f"{REMOTE}/{r.id}"

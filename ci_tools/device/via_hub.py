@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from .hub import (
     placement,
 )
 from .inputs import DeviceInputs, device_inputs
-from .numbers import DeviceRun
+from .numbers import DeviceRun, Status
 
 PROFILE_ITERATIONS = 100  # AI Hub's default; with inputs, it runs iterations / entries times over them
 COLLECT_SECONDS = 300.0  # after the budget: downloading the finished jobs' profiles and outputs
@@ -48,14 +49,14 @@ COLLECT_SECONDS = 300.0  # after the budget: downloading the finished jobs' prof
 @dataclass(kw_only=True)
 class _Job:
     record: TargetRecord
-    device: object  # the client's Device
+    device: Any  # the client's Device
     stands_in_for: str | None
     qairt: str
     inputs: DeviceInputs
     io: BinaryIO  # what the binary itself takes and gives (the stub's conversion around it)
     names: dict[str, str]  # ONNX name -> the stub's name (qairt: `<name>_dq` where the binary has the name)
-    npu: object = None  # the client's InferenceJob
-    cpu: object = None
+    npu: Any = None  # the client's InferenceJob
+    cpu: Any = None
 
 
 @dataclass
@@ -65,15 +66,15 @@ class _Run:
     report: BuildReport
     settings: Settings
     runs: dict[str, DeviceRun]
-    hub: Hub | None = None
+    hub: Hub
     deadline: float = float("inf")
     jobs: list[_Job] = field(default_factory=list)
     runtimes: list[tuple[str, str, list[str]]] = field(default_factory=list)
     _devices: dict[str, tuple] = field(default_factory=dict)
     _inputs: dict[tuple[str, str], DeviceInputs] = field(default_factory=dict)
-    _cpu_jobs: dict[tuple[str, str, str], object] = field(default_factory=dict)
+    _cpu_jobs: dict[tuple[str, str, str], Any] = field(default_factory=dict)
 
-    def record(self, r: TargetRecord, status: str, reason: str, **more) -> None:
+    def record(self, r: TargetRecord, status: Status, reason: str | None, **more) -> None:
         self.runs[r.id] = DeviceRun(via="ai-hub", status=status, reason=reason, **more)
 
 
@@ -81,14 +82,14 @@ def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[
             env: Mapping[str, str], runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
     """Every target through AI Hub, into ``runs`` (target id -> run, filled as they end: the caller writes what
     there is if the run is stopped): (a note for the whole run, the runtimes offered)."""
-    run = _Run(out, loaded, report, settings, runs)
     token, url, note = credentials(env)
     if not token:
         for r in records:
-            run.record(r, "skipped", note)
+            runs[r.id] = DeviceRun(via="ai-hub", status="skipped", reason=note)
         return note, []
-    run.deadline = time.monotonic() + settings.budget_seconds  # uploads, submissions and waiting, all of it
-    run.hub = Hub(token, url, log=log_path(out), deadline=run.deadline)
+    deadline = time.monotonic() + settings.budget_seconds  # uploads, submissions and waiting, all of it
+    hub = Hub(token, url, log=log_path(out), deadline=deadline)
+    run = _Run(out, loaded, report, settings, runs, hub, deadline)
     note = _measure(run, records)
     return note, [f"{v} ({full})" for v, full, _ in run.runtimes]
 
@@ -117,7 +118,7 @@ def _measure(run: _Run, records: list[TargetRecord]) -> str | None:
 
 def _plan(run: _Run, r: TargetRecord) -> None:
     soc = run.loaded.catalog.get(r.soc)
-    ctx = run.out / r.id / r.context_onnx
+    ctx = run.out / r.id / cast(str, r.context_onnx)  # a built target's stub
     try:
         built = qnn_ep.compiled_for(ctx)  # the binary's own HTP arch and soc_model, from its stub
         # arch 0: onnxruntime-qnn 2.6.0 records none for some chips (qnn_ep.proves_chip); the chip's own then
@@ -140,7 +141,7 @@ def _plan(run: _Run, r: TargetRecord) -> None:
         run.record(r, "skipped" if isinstance(e, NoRuntime) else "failed", str(e))
 
 
-def _device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[object | None, str | None]:
+def _device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[Any, str | None]:
     """AI Hub's device for the binary (and the chip it stands in for), or None and why not: a device of the
     chip's chipsets whose hexagon: and soc-model: are the binary's; one that does not state them is taken
     only when none states them."""
@@ -150,7 +151,7 @@ def _device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[object | No
     return run._devices[key]
 
 
-def _pick_device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[object | None, str | None]:
+def _pick_device(run: _Run, soc: Soc, arch: str, soc_model: int) -> tuple[Any, str | None]:
     missing, other, unstated = [], [], None
     for chipset, named in run.loaded.catalog.hub_chipsets(soc):
         devices = run.hub.devices(chipset)
@@ -181,11 +182,12 @@ def _runtime(run: _Run, r: TargetRecord) -> str:
     built = triple(r.sdk_version)
     wanted = run.settings.qairt
     if wanted:
-        if built and major_minor(wanted) < built[:2]:
+        asked = major_minor(wanted)  # None: not a version (AI Hub's own words, as "latest"): it judges them
+        if built and asked is not None and asked < built[:2]:
             raise NoRuntime(f"--qairt {wanted} is older than QNN {r.sdk_version}, which built the binary")
         return wanted
-    offered = sorted(((triple(full) or (*major_minor(api), 0), api) for api, full, _ in run.runtimes
-                      if major_minor(api)))
+    offered = sorted(((triple(full) or (*mm, 0), api) for api, full, _ in run.runtimes
+                      if (mm := major_minor(api))))
     fits = [api for full, api in offered if built is None or full >= built]
     if not fits:
         names = ", ".join(api for _, api in offered) or "none"
@@ -199,7 +201,7 @@ def _runtime(run: _Run, r: TargetRecord) -> str:
 
 def _submit(run: _Run, job: _Job) -> None:
     r, hub = job.record, run.hub
-    binary = run.out / r.id / r.binaries[0]
+    binary = run.out / r.id / cast("list[str]", r.binaries)[0]  # a built target's
     if time.monotonic() >= run.deadline:
         run.record(r, "timeout", f"not submitted: the budget ({run.settings.budget_seconds:.0f} s) ended before it")
         return

@@ -22,7 +22,7 @@ def _reads(nodes) -> set[str]:
     """Every value the nodes read, their subgraphs' reads of outer values (If/Loop/Scan bodies) included."""
     from onnx import AttributeProto
 
-    out = set()
+    out: set[str] = set()
     for n in nodes:
         out.update(i for i in n.input if i)
         for a in n.attribute:
@@ -153,7 +153,7 @@ def dequantize_dynamic(m) -> int:
         scales = made.get(next((i for i in mul.input if i != casts[0].output[0]), ""))
         w_scale = next((i for i in (scales.input if scales is not None and scales.op_type == "Mul" else [])
                         if i in consts), None)
-        if w_scale is None or dql.output[1] not in scales.input:
+        if w_scale is None or scales is None or dql.output[1] not in scales.input:
             continue
         w = numpy_helper.to_array(consts[n.input[1]]).astype(np.float64)
         zp = numpy_helper.to_array(consts[n.input[3]]).astype(np.float64) if len(n.input) > 3 and \
@@ -273,11 +273,13 @@ def dequantize_through_layout(m) -> int:
     from onnx import helper, numpy_helper
 
     consts, nodes, made, users = _index(m)
-    swap, drop, done = {}, set(), 0
+    swap, done = {}, 0
+    drop: set[int] = set()
     for dq in nodes:
         if dq.op_type != "DequantizeLinear" or dq.input[0] in consts or any(x not in consts for x in dq.input[1:] if x):
             continue
-        chain, v = [], dq.input[0]
+        chain: list = []
+        v = dq.input[0]
         while v not in consts:
             n = made.get(v)
             if n is None or n.op_type not in LAYOUT_OPS or len(users.get(v, [])) != 1:

@@ -35,10 +35,11 @@ def _in_gelu(m, n) -> bool:
     consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if i.data_type in (1, 10, 11)}
     made = {o: x for x in m.graph.node for o in x.output}
     src = made.get(n.input[0])
-    k = next((consts[i] for i in (src.input if src is not None else []) if i in consts and consts[i].size == 1), None)
-    if src is None or k is None:
+    found = next((consts[i] for i in (src.input if src is not None else []) if i in consts and consts[i].size == 1),
+                 None)
+    if src is None or found is None:
         return False
-    k = float(np.asarray(k).ravel()[0])
+    k = float(np.asarray(found).ravel()[0])
     scaled = (src.op_type == "Div" and abs(k - 2 ** 0.5) < 1e-3) or (src.op_type == "Mul" and abs(k - 2 ** -0.5) < 1e-3)
     adds = [x for x in m.graph.node if n.output[0] in x.input and x.op_type == "Add"]
     return scaled and any(abs(float(np.asarray(consts[i]).ravel()[0]) - 1.0) < 1e-6 for a in adds for i in a.input

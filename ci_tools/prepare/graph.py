@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from ..util.files import as_if_created, write_json
 from ..util.metrics import Parity, compare, nonfinite, worst
 from ..util.text import clip
 from .recurrent import conv_padding_warning, padding_warning
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 SKIPPED_ONNXSIM_PASSES = ["fuse_qkv"]  # see _simplify
 PREPARE_VERSION = 7  # bump when the preparation changes what it writes (6: the padded-recurrent warning; 7: the
@@ -113,7 +117,7 @@ class _Job:
 class _Rewritten:
     """The rewritten graph and what the rewrites learnt of it."""
 
-    m: object  # onnx.ModelProto
+    m: ModelProto
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
     source_parameters: int
@@ -527,10 +531,10 @@ def _pin_output_shapes(m, what: str, notes: list[str], seed: int = 0) -> None:
             shape.dim.add().dim_value = int(v)
 
 
-def _inferred_output_shapes(m) -> dict[str, list]:
+def _inferred_output_shapes(m) -> dict[str, list | None]:
     import onnx
 
-    found: dict[str, list] = {}
+    found: dict[str, list | None] = {}
     try:
         inf = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
         for o in inf.graph.output:
@@ -548,7 +552,8 @@ def _inferred_output_shapes(m) -> dict[str, list]:
             if o.type.tensor_type.HasField("shape"):
                 dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                         for d in o.type.tensor_type.shape.dim]
-                if found.get(o.name) is None or not all(isinstance(d, int) for d in found[o.name]):
+                known = found.get(o.name)
+                if known is None or not all(isinstance(d, int) for d in known):
                     found[o.name] = dims
     except Exception:  # noqa: S110 - as above
         pass
@@ -760,7 +765,7 @@ def generate_inputs(inputs: list[TensorInfo], count: int, seed: int,
     return samples
 
 
-def cpu_session(path: Path):
+def cpu_session(path: str | Path):
     """ONNX Runtime on CPU at its BASIC optimisation level (constant folding, no fusions): the highest
     level fuses differently once shapes are static, so a reference and the graph it is compared with
     would not compute the same thing (a correct int8 graph measured cosine 0.989 against itself)."""
@@ -822,9 +827,9 @@ def _parity_with_original(original: Path, prepared: Path, graph: Graph, checked:
                            f"{clip(str(e), 300)}", hint=fix) from None
     bad = [sum(nonfinite(a) for a in o) for o in old]
     if any(bad):  # the original's own answer: no preparation step is to blame, and nothing can be checked against it
-        k = next(i for i, b in enumerate(bad) if b)
-        where = f"on {sample_names[k]}" if sample_names else f"on {on}"
-        raise PrepareError(f"{what}: CPU itself answers NaN/Inf ({bad[k]} value(s)) {where}, with the original graph: "
+        at = next(i for i, b in enumerate(bad) if b)
+        where = f"on {sample_names[at]}" if sample_names else f"on {on}"
+        raise PrepareError(f"{what}: CPU itself answers NaN/Inf ({bad[at]} value(s)) {where}, with the original graph: "
                            "the samples or the model, not a preparation step",
                            hint=fix if not real else "run the original model on this sample: padding where the model "
                            "divides by a length or takes a log, or values outside its range, make it NaN; pad as the "
@@ -838,7 +843,7 @@ def _parity_with_original(original: Path, prepared: Path, graph: Graph, checked:
     return p
 
 
-def _ort_np(sess, name: str) -> np.dtype:
+def _ort_np(sess, name: str) -> type[np.generic]:
     t = next(i.type for i in sess.get_inputs() if i.name == name)
     return {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
             "tensor(double)": np.float64, "tensor(float16)": np.float16, "tensor(bool)": np.bool_}.get(t, np.float32)

@@ -56,7 +56,9 @@ def find_norms(m) -> list[Norm]:
         if add.op_type != "Add" or len(add.input) != 2:
             continue
         e_side = next((k for k in (0, 1) if add.input[k] in consts and consts[add.input[k]].size == 1), None)
-        var = made.get(add.input[1 - e_side]) if e_side is not None else None
+        if e_side is None:
+            continue
+        var = made.get(add.input[1 - e_side])
         if var is None or var[1].op_type not in ("ReduceMean", "ReduceSum"):
             continue
         sq = made.get(var[1].input[0])
@@ -67,6 +69,7 @@ def find_norms(m) -> list[Norm]:
         if not users:
             continue
         centred = made.get(d)
+        readers: tuple[tuple[int, int], ...]
         if centred is not None and centred[1].op_type == "Sub" and made.get(centred[1].input[1], (0, None))[1] \
                 is not None and made[centred[1].input[1]][1].op_type == "ReduceMean" \
                 and made[centred[1].input[1]][1].input[0] == centred[1].input[0]:
@@ -114,7 +117,7 @@ def apply(m, scales: dict[str, float], what: str) -> list[str]:
 
     if not scales:
         return []
-    norms = {}
+    norms: dict[str, list[Norm]] = {}
     for norm in find_norms(m):
         norms.setdefault(norm.x, []).append(norm)
     nodes = list(m.graph.node)

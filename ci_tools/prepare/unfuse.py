@@ -28,10 +28,14 @@ is refused here, by name.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import PrepareError
+
+if TYPE_CHECKING:
+    from onnx import NodeProto
 
 MS = "com.microsoft"
 UNFUSED = ("FastGelu", "QuickGelu", "Gelu", "BiasGelu", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
@@ -42,7 +46,8 @@ class _Writer:
     """New nodes and constants, named after the node they replace."""
 
     def __init__(self, m, base: str, opset: int):
-        self.m, self.base, self.opset, self.nodes, self.k = m, base, opset, [], 0
+        self.m, self.base, self.opset, self.k = m, base, opset, 0
+        self.nodes: list[NodeProto] = []
 
     def const(self, value: float) -> str:
         from onnx import numpy_helper
@@ -83,7 +88,8 @@ def unfuse(m, what: str) -> dict[str, int]:
     """Rewrite every contrib op of UNFUSED in the main graph; the counts per op type."""
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 17)
     read = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
-    nodes, counts = [], {}
+    nodes: list[NodeProto] = []
+    counts: dict[str, int] = {}
     for n in m.graph.node:
         if n.domain != MS or n.op_type not in UNFUSED:
             nodes.append(n)

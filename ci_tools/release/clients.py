@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 import jinja2
@@ -73,7 +74,7 @@ def spelling_table(cat: Catalog) -> tuple[dict[str, str | None], dict[str, str]]
     return dict(sorted(table.items())), dict(sorted(binned.items()))
 
 
-def _grouped(table: dict[str, str | None]) -> list[tuple[str, list[str]]]:
+def _grouped(table: Mapping[str, str | None]) -> list[tuple[str, list[str]]]:
     by: dict[str, list[str]] = {}
     for key, chip in table.items():
         by.setdefault(chip or "-", []).append(key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TypeGuard
 
 from ..errors import PackageError
 from ..util.precision import PRECISIONS
@@ -125,7 +126,7 @@ def parse_manifest(data: bytes) -> object:
     return value
 
 
-def _int(x: object) -> bool:
+def _int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -150,12 +151,13 @@ def _parts(manifest: dict, tag: str | None) -> list[str]:
 
 def _pieces(name: str, size: object, pieces: object) -> None:
     ok = isinstance(pieces, list) and 0 < len(pieces) <= MAX_PIECES
-    for i, x in enumerate(pieces if ok else [], 1):  # type: ignore[arg-type]
+    listed: list = pieces if isinstance(pieces, list) and ok else []
+    for i, x in enumerate(listed, 1):
         if not (isinstance(x, dict) and x.get("name") == f"{name}.{i:03d}" and _sha(x.get("sha256"))
                 and _int(x.get("size")) and 0 <= x["size"] <= MAX_ASSET_BYTES):
             ok = False
             break
-    if not ok or sum(x["size"] for x in pieces) != size:  # type: ignore[union-attr]
+    if not ok or sum(x["size"] for x in listed) != size:
         raise refuse("pieces", f"asset {name!r} has pieces that are not {name}.001, .002 ... in order (at most "
                      f"{MAX_PIECES}), each with its sha256 and size, adding up to the asset's size")
 

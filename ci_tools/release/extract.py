@@ -157,8 +157,8 @@ class _Checker:
                 raise self.refuse(f"link {name!r} -> {target!r} points outside the destination")
             self.links[where] = target
         elif kind == "hardlink":
-            target = _resolve(m.linkname.split("/"), self.links, self.archive, name)
-            if not self.inside(target) or self.taken.get(target) not in ("file", "hardlink"):
+            linked = _resolve(m.linkname.split("/"), self.links, self.archive, name)
+            if linked is None or not self.inside(linked) or self.taken.get(linked) not in ("file", "hardlink"):
                 raise self.refuse(f"hard link {name!r} -> {m.linkname!r} does not name an earlier file of the archive")
         self.taken[where] = kind
         self.members.append(Member(name=name, parts=tuple(parts), kind=kind, size=m.size, mode=m.mode,

@@ -44,8 +44,8 @@ class Connection:
     sleep: Callable[[float], None] | None = None
 
     def client(self, repo: str, give_up: type[QnnReleaseError] = PublishError) -> GitHub:
-        return GitHub(repo, token=self.token, api_url=self.api_url, give_up=give_up,
-                      **({"sleep": self.sleep} if self.sleep else {}))
+        sleep: dict[str, Any] = {"sleep": self.sleep} if self.sleep else {}
+        return GitHub(repo, token=self.token, api_url=self.api_url, give_up=give_up, **sleep)
 
 
 class GitHub:

@@ -36,6 +36,7 @@ def build_site(repo: str, out: Path, *, token: str | None, api_url: str | None =
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    moved = False
     try:
         rows, latest = [], None
         for rel in gh.paginate(f"/repos/{repo}/releases"):
@@ -64,8 +65,8 @@ def build_site(repo: str, out: Path, *, token: str | None, api_url: str | None =
         html = page_env().get_template("report/releases.html.j2").render(repo=repo, releases=rows, latest=latest)
         write_atomic(tmp / PAGE, html)
         replace_dir(tmp, out)
-        tmp = None
+        moved = True
         return rows
     finally:
-        if tmp is not None:
+        if not moved:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -51,8 +52,9 @@ def main() -> int:
                                                                                options=options))
         first_load = time.monotonic() - start
         htp = _run(lambda f: sess.run(None, f), feeds, spec, [o.name for o in cpu_sess.get_outputs()])
-    np.savez(out, **{f"{side}/{i}/{k}": o for side, runs in (("cpu", cpu), ("htp", htp))
-                     for i, outs in enumerate(runs) for k, o in enumerate(outs)})
+    arrays: dict[str, Any] = {f"{side}/{i}/{k}": o for side, runs in (("cpu", cpu), ("htp", htp))
+                              for i, outs in enumerate(runs) for k, o in enumerate(outs)}
+    np.savez(out, **arrays)  # (typed Any: numpy's stub would match a name to savez's own allow_pickle)
     print(json.dumps({"first_load_seconds": round(first_load, 3), "peak_memory_mb": peak_memory_mb(),
                       "memory_before_mb": before}))
     return 0

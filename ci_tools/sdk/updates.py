@@ -15,7 +15,7 @@ from pathlib import Path
 import requests
 from packaging.version import InvalidVersion, Version
 
-from ..errors import PublishError, SourceError
+from ..errors import ConfigError, PublishError, SourceError
 from ..matrix.schema import LoadedMatrix, load_matrix
 from ..release.github import GitHub
 from ..sources.network import unreachable_as
@@ -86,7 +86,11 @@ def apply_updates(loaded: LoadedMatrix, updates: Updates) -> list[str]:
         meta = get_hf_file_metadata(hf_hub_url(first.hf_repo, f"v{v}.zip", revision="main"))
         sha = (meta.etag or "").strip('"')
         n = lines[("sdk", "qairt", 0)] - 1
-        indent = re.match(r"^(\s*)-", text[n])[1]
+        item = re.match(r"^(\s*)-", text[n])
+        if item is None:  # a flow list (qairt: [{...}]) has no line of its own to add one before
+            raise ConfigError(f"{loaded.path}:{n + 1}: sdk.qairt is not a block list (one '- version: ...' item "
+                              f"a line): QAIRT {v} cannot be added to it", hint="write sdk.qairt as a block list")
+        indent = item[1]
         block = [f"{indent}- version: {v}\n", f"{indent}  hf_repo: {first.hf_repo}\n",
                  f"{indent}  file: v{v}.zip\n", f"{indent}  revision: {meta.commit_hash}\n",
                  f"{indent}  sha256: {sha if re.fullmatch(r'[0-9a-f]{64}', sha) else 'null'}\n"]
@@ -117,12 +121,13 @@ def hub_pins(loaded: LoadedMatrix, version: str | None = None) -> tuple[str, str
         raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub did not answer: {clip(str(e), 200)}",
                           hint="check hf_repo and file in sdk.qairt, and the network") from None
     sha = (meta.etag or "").strip('"')
-    if not re.fullmatch(r"[0-9a-f]{64}", sha) or not re.fullmatch(r"[0-9a-f]{40}", meta.commit_hash or ""):
+    commit = meta.commit_hash or ""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha) or not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise SourceError(f"{entry.hf_repo}: {entry.file}: the Hub states no sha256 and commit for it "
                           "(not an LFS file)",
                           hint=f"pin it from one checked download: qnn-release sdk fetch --version {entry.version} "
                                "--dest /tmp/qairt --record")
-    return entry.version, meta.commit_hash, sha
+    return entry.version, commit, sha
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ def _samples(body: bytes, tag: int, channels: int, rate: int, bits: int, name: s
         raise AudioError(f"{name}: {channels} channels of {bits}-bit samples", hint=f"re-encode it: sox {name} out.wav")
     frames = len(body) // (width * channels)
     raw = body[: frames * width * channels]
+    x: np.ndarray  # float32 in every branch (numpy keeps float32 when dividing by a Python number)
     if tag == FLOAT and bits in (32, 64):
         x = np.frombuffer(raw, {32: "<f4", 64: "<f8"}[bits]).astype(np.float32)
     elif tag == PCM and bits == 8:

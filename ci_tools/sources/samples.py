@@ -111,8 +111,8 @@ def make_samples(model: Model, graph: str, inputs, files: dict[str, Path], outpu
     elif s.stream is not None:
         streams = streams[: s.max_samples]
     kind = {"audio": "recordings", "image": "images", "npz": "tensor files"}[fe.kind]
-    steps = sum(len(st) for _, st in streams)
-    how = f"{len(streams)} streams, {steps} steps" if s.stream else f"{steps} samples"
+    n_steps = sum(len(st) for _, st in streams)
+    how = f"{len(streams)} streams, {n_steps} steps" if s.stream else f"{n_steps} samples"
     note = (f"real samples: {s.description} ({len(files)} {kind}, {how}; {_where(s.source)}; licence {s.license})")
     mine = {n: v for n, v in s.argmax.items() if outputs is None or n in {o.name for o in outputs}}
     return SampleSet(streams=streams, files=shas, note=note, stream=s.stream, argmax=mine or None)
@@ -218,9 +218,10 @@ def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: s
     if len(t.shape) != 4:
         raise ConfigError(f"{what}.front_end: input '{t.name}' {t.shape} is not an image batch [1, C, H, W]")
     c, h, w = (t.shape[1], t.shape[2], t.shape[3]) if fe.layout == "nchw" else (t.shape[3], t.shape[1], t.shape[2])
+    a: np.ndarray
     try:
-        with Image.open(path) as im:
-            im = im.convert("L" if fe.channels == "gray" else "RGB")
+        with Image.open(path) as opened:
+            im = opened.convert("L" if fe.channels == "gray" else "RGB")
             if box is not None:
                 x0, y0, x1, y1 = box
                 if not (x0 < x1 <= im.width and y0 < y1 <= im.height):
@@ -228,10 +229,10 @@ def _image_feed(fe: ImageFrontEnd, path: Path, name: str, by_name: dict, what: s
                                       f"({im.width}x{im.height})", hint="boxes are [x0, y0, x1, y1] in pixels")
                 im = im.crop((x0, y0, x1, y1))
             if fe.resize == "stretch":
-                im, width = im.resize((w, h), Image.BILINEAR), w
+                im, width = im.resize((w, h), Image.Resampling.BILINEAR), w
             else:
                 width = max(1, min(w, int(np.ceil(h * im.width / im.height))))
-                im = im.resize((width, h), Image.BILINEAR)
+                im = im.resize((width, h), Image.Resampling.BILINEAR)
             a = np.asarray(im, dtype=np.float32)
     except OSError as e:
         raise ConfigError(f"{what}: {name} is not an image Pillow reads: {e}") from None
@@ -278,7 +279,8 @@ def _npz_steps(path: Path, name: str, inputs, carried: set[str], what: str) -> l
     """A stream from one .npz: arrays [steps, *shape] give each step its value, arrays shaped as the input are
     fed at every step, and a carried input left out starts at zeros (run_stream feeds it after that)."""
     arrays = _npz_arrays(path, name, what)
-    per_step, counts = {}, set()
+    per_step: dict[str, np.ndarray | None] = {}
+    counts: set[int] = set()
     for t in inputs:
         a = arrays.get(t.name)
         if a is None:

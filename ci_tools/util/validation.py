@@ -11,6 +11,7 @@ from typing import Any
 
 import pydantic
 from pydantic import BaseModel
+from pydantic_core import ErrorDetails
 
 from ..errors import ConfigError
 from .yaml_lines import Loc, line_of
@@ -172,7 +173,7 @@ def did_you_mean(word: str, choices: typing.Iterable[str]) -> str | None:
     return f"did you mean '{match[0]}'?" if match else None
 
 
-def _message(err: dict, root: type) -> tuple[str, str | None]:
+def _message(err: ErrorDetails, root: type) -> tuple[str, str | None]:
     typ, loc, value = err["type"], tuple(err["loc"]), err.get("input")
     ctx = err.get("ctx") or {}
     if typ == "extra_forbidden":
@@ -182,8 +183,8 @@ def _message(err: dict, root: type) -> tuple[str, str | None]:
     if typ == "missing":
         return f"missing required key '{loc[-1]}'", None
     if typ in ("literal_error", "enum"):
-        allowed = re.findall(r"'([^']*)'|\b(\d+)\b", str(ctx.get("expected", "")))
-        allowed = [a or b for a, b in allowed]
+        found = re.findall(r"'([^']*)'|\b(\d+)\b", str(ctx.get("expected", "")))
+        allowed = [a or b for a, b in found]
         quoted = (isinstance(value, str) and value in allowed) or str(value) in allowed
         return (f"expected one of {', '.join(allowed)}, got {value!r}",
                 "write it without quotes" if quoted else did_you_mean(str(value), allowed) or None)

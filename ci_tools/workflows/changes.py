@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -38,7 +39,8 @@ def _entries(text: str | None) -> tuple[dict | None, dict[str, dict]]:
         return None, {}
     # release settings make no binary; an included file's models are compared one by one
     rest = {k: v for k, v in data.items() if k not in ("models", "release", "include")}
-    return rest, {m.get("name"): m for m in data["models"] if isinstance(m, dict)}
+    # (a model without a name, which the matrix's schema refuses, would key None here)
+    return rest, {cast(str, m.get("name")): m for m in data["models"] if isinstance(m, dict)}
 
 
 def _with_included(rel: str, read) -> tuple[dict | None, dict[str, dict]]:

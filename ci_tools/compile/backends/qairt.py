@@ -30,6 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -115,9 +116,9 @@ class TensorIO:
         x = np.asarray(x).reshape(self.onnx_shape)
         if self.perm:
             x = np.transpose(x, self.perm)
-        if self.quantized:
+        if self.scale is not None:  # quantized (its offset comes with the scale)
             info = np.iinfo(self.np_dtype)
-            x = np.clip(np.round(x.astype(np.float64) / self.scale) - self.offset, info.min, info.max)
+            x = np.clip(np.round(x.astype(np.float64) / self.scale) - cast(int, self.offset), info.min, info.max)
         return np.ascontiguousarray(x.astype(self.np_dtype))
 
     def from_binary_float(self, raw: np.ndarray) -> np.ndarray:
@@ -238,7 +239,8 @@ class QairtBackend(Backend):
             failed = final.with_name(final.name + ".failed")
             shutil.rmtree(failed, ignore_errors=True)
             os.replace(tmp, failed)
-            e.message, e.hint = (x.replace(str(tmp), str(failed)) if x else x for x in (e.message, e.hint))
+            e.message = e.message.replace(str(tmp), str(failed))
+            e.hint = e.hint.replace(str(tmp), str(failed)) if e.hint else e.hint
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -508,7 +510,7 @@ def _scale_and_zero_point(t: TensorIO) -> list:
     from onnx import numpy_helper
 
     return [numpy_helper.from_array(np.array(t.scale, dtype=np.float32), f"{t.qnn}_scale"),
-            numpy_helper.from_array(np.array(-t.offset, dtype=t.np_dtype), f"{t.qnn}_zp")]
+            numpy_helper.from_array(np.array(-cast(int, t.offset), dtype=t.np_dtype), f"{t.qnn}_zp")]
 
 
 def _stub_input(t: TensorIO):

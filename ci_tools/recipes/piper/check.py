@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -33,6 +34,10 @@ from .. import ChipCheck
 from ..whisper.check import wer
 from .export import sentences_of, snr_db
 from .runtime import Voice, write_wav
+
+if TYPE_CHECKING:
+    from ...matrix.schema import Model
+    from .results import SpeechVerify
 
 CHECK_VERSION = 2  # 2: the record holds its result in `recipe`, tagged with the kind
 SAMPLE_WAV = "speech-sample.wav"  # in each target's folder: the chip's audio of its first sentence
@@ -123,7 +128,7 @@ def _check_chip(job: ChipJob) -> ChipResult:
             r, g = np.ravel(ref[0]), np.ravel(outputs[0])
             chunks.append({"snr_db": snr_db(r, g), "max_abs": round(float(np.max(np.abs(r - g))), 6)})
 
-    out = []
+    out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="piper-check.") as tmp:
         folder = _chip_folder(job, export, Path(tmp))
         with quiet_native():
@@ -189,22 +194,30 @@ def _key(graph_keys: list[str], sentences: list[str], listener: Path) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def speech_of(model: Model) -> SpeechVerify:
+    """The model's ``verify``: a speech check (the recipe, and so this check, is chosen by ``verify.kind``)."""
+    return cast("SpeechVerify", model.verify)
+
+
 def check_speech(check: ChipCheck) -> list[TargetRecord]:
     """Verify every chip build of ``check.groups`` (a model with ``verify.kind: speech``) by what it says: the
     records as judged, with ``speech`` and per-graph ``parity``; a chip whose audio leaves CPU's (a decoder window
     under ``min_snr_db``, or heard differently beyond ``max_wer``) fails both its targets (exit code 7)."""
-    model, loaded = check.model, check.loaded
-    sentences = sentences_of((loaded.root / model.verify.sentences).resolve())
-    listener = check.export / model.verify.listener
-    turns = [(s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
-             if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
+    model, loaded, verify = check.model, check.loaded, speech_of(check.model)
+    sentences = sentences_of((loaded.root / verify.sentences).resolve())
+    listener = check.export / verify.listener
+    turns: list[tuple[str, str]] = [
+        (s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
+        if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
     store = check.cache / "speech"
-    pending, results, cpu = [], {}, None
+    pending: list[ChipJob] = []
+    results: dict[tuple[str, str], ChipResult | str | None] = {}
+    cpu = None
     for (soc, precision), rs in sorted(check.groups.items()):
         turn = turns.index((soc, precision))
-        n = min(model.verify.per_chip, len(sentences))
+        n = min(verify.per_chip, len(sentences))
         mine = [sentences[(turn * n + i) % len(sentences)] for i in range(n)]
-        key = _key([r.key for r in rs], mine, listener)
+        key = _key(cast("list[str]", [r.key for r in rs]), mine, listener)  # built targets: each has its key
         cached = store / f"{key}.json"
         if cached.is_file() and not check.force:
             try:
@@ -226,7 +239,7 @@ def check_speech(check: ChipCheck) -> list[TargetRecord]:
             graphs={r.graph: {"folder": str(check.folders[r.id]), "context_onnx": r.context_onnx,
                               "binaries": r.binaries} for r in rs}, wav_dir=str(store), model=model.name))
     if pending and check.progress is not None:
-        check.progress.info(f"{model.name}: {len(pending)} chip build(s) speak {model.verify.per_chip} sentence(s) "
+        check.progress.info(f"{model.name}: {len(pending)} chip build(s) speak {verify.per_chip} sentence(s) "
                             "each on the HTP emulator (about 20 s per 3 s of audio)")
     for job, result in map_stoppable(_safe, pending, check.jobs, check.isolate):
         if isinstance(result, ChipResult):
@@ -272,7 +285,7 @@ def _apply(model, rs: list[TargetRecord], result: ChipResult | str | None, expor
                        cpu_wer=cpu_wer, export_check={k: (export_check or {}).get(k) for k in
                                                       ("sentences", "worst_snr_db", "min_snr_db", "passed")})
         encoder = result.parity.get("encoder") or {}
-        failures = {"waveform": [], "round trip": []}
+        failures: dict[str, list[str]] = {"waveform": [], "round trip": []}
         if result.worst_chunk_snr_db < min_snr:
             failures["waveform"].append(f"a decoder window at SNR {result.worst_chunk_snr_db} dB < "
                                         f"verify.min_snr_db.{precision} {min_snr}")

@@ -7,6 +7,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from ...compile.records import REPORT, BuildReport, read_target
 from ...errors import UsageError
@@ -25,11 +26,11 @@ def _folder(target: Path, tmp: Path, cpu: bool) -> Path:
         exports = BuildReport.read(target.parent / REPORT).exports
     except (OSError, ValueError, TypeError):
         exports = {}
-    export = exports.get(record.model)
-    if export is None or not (Path(export) / "voice.json").is_file():
+    found = exports.get(record.model)
+    if found is None or not (Path(found) / "voice.json").is_file():
         raise UsageError(f"--target {target}: {record.model} is not a voice, or its export is not in the cache",
                          hint="a model with verify.kind speech; run `qnn-release build` again (nothing recompiles)")
-    export = Path(export)
+    export = Path(found)
     if cpu:
         return export
     from ...catalog.socs import load_catalog
@@ -40,8 +41,9 @@ def _folder(target: Path, tmp: Path, cpu: bool) -> Path:
         r = read_target(folder)
         if r is None:
             raise UsageError(f"--target {target}: no finished {folder.name}", hint="build both graphs")
-        (tmp / f"{graph}_ctx.onnx").symlink_to((folder / r.context_onnx).resolve())
-        for b in r.binaries:
+        # a finished target (its folder exists only when it built) names its stub and binaries
+        (tmp / f"{graph}_ctx.onnx").symlink_to((folder / cast(str, r.context_onnx)).resolve())
+        for b in cast("list[str]", r.binaries):
             (tmp / b).symlink_to((folder / b).resolve())
     (tmp / "duration.onnx").symlink_to(export / "duration.onnx")
     voice = json.loads((export / "voice.json").read_text())

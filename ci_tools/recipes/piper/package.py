@@ -21,11 +21,11 @@ SENTENCE_KEYS = ("text", "cpu_heard", "htp_heard", "wer_vs_cpu", "wer", "audio_s
 
 def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord], top: str
                    ) -> tuple[list[tuple[str, Path | bytes]], dict | None]:
-    export = report.exports.get(model.name)
-    if export is None or not all((Path(export) / f).is_file() for f in ("duration.onnx", "voice.json")):
+    found = report.exports.get(model.name)
+    if found is None or not all((Path(found) / f).is_file() for f in ("duration.onnx", "voice.json")):
         raise PackageError(f"{model.name}: the export (duration.onnx, voice.json) is gone from the cache",
                            hint="run `qnn-release build` again (nothing recompiles)")
-    export = Path(export)
+    export = Path(found)
     voice = json.loads((export / "voice.json").read_text())
     voice["chip"] = {"name": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch}
     members: list[tuple[str, Path | bytes]] = [

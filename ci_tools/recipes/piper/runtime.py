@@ -107,8 +107,8 @@ def _session(path: Path, device: str, chip: dict | None = None):
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     options = {"backend_type": "htp", **({"enable_htp_fp16_precision": "1"} if device == "jit" else {})}
     for key in ("soc_model", "htp_arch"):
-        if (chip or {}).get(key):
-            options[key] = str(chip[key])
+        if value := (chip or {}).get(key):
+            options[key] = str(value)
     so.add_provider_for_devices(devices, options)
     with _native_quiet():
         return ort.InferenceSession(str(path), sess_options=so)
@@ -281,7 +281,8 @@ class Voice:
         pieces = self.pieces(text)
         seconds: dict[str, float] = {}
         gap = np.zeros(int(silence * self.sample_rate), np.float32)
-        parts, frames, runs, first = [], 0, 0, None
+        parts: list[np.ndarray] = []
+        frames, runs, first = 0, 0, None
         for i, ids in enumerate(pieces):
             audio, f, r, t = self.synthesize(ids, rng, observe, seconds, started if i == 0 else None)
             parts += [gap, audio] if parts else [audio]

@@ -14,30 +14,36 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
-from .. import TwinExtras, TwinPart
+from .. import Member, TwinExtras, TwinPart
+
+if TYPE_CHECKING:
+    from ...util.precision import Precision
 
 
 def twin_extras(part: TwinPart) -> TwinExtras | None:
     from ...errors import PackageError
     from . import runtime
-    from .check import DEFAULT_MAX_ABS, DEFAULT_MIN_SNR_DB
+    from .check import DEFAULT_MAX_ABS, DEFAULT_MIN_SNR_DB, speech_of
     from .export import sentences_of
 
-    model = part.model
+    model, verify = part.model, speech_of(part.model)
     export = part.report.exports.get(model.name)
     if export is None or not all((Path(export) / f).is_file() for f in ("duration.onnx", "voice.json")):
         raise PackageError(f"{model.name}: the export (duration.onnx, voice.json) is gone from the cache",
                            hint="run `qnn-release build` again (nothing recompiles)")
     voice = json.loads((Path(export) / "voice.json").read_text())
     voice.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
-    sentence = sentences_of((part.loaded.root / model.verify.sentences).resolve())[0]
-    members = [("duration.onnx", Path(export) / "duration.onnx"),
-               ("voice.json", (json.dumps(voice, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()),
-               ("speak.py", Path(runtime.__file__).read_bytes()), ("sample/sentence.txt", (sentence + "\n").encode())]
-    precision = "fp16" if part.precision == "float" else part.precision  # the bars of the binaries it stands in for
-    snr = model.verify.min_snr_db.get(precision, DEFAULT_MIN_SNR_DB[precision])
-    max_abs = model.verify.max_abs.get(precision, DEFAULT_MAX_ABS[precision])
+    sentence = sentences_of((part.loaded.root / verify.sentences).resolve())[0]
+    members: list[Member] = [
+        ("duration.onnx", Path(export) / "duration.onnx"),
+        ("voice.json", (json.dumps(voice, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()),
+        ("speak.py", Path(runtime.__file__).read_bytes()), ("sample/sentence.txt", (sentence + "\n").encode())]
+    # the bars of the binaries it stands in for (part.precision: float, or a quantized precision)
+    precision = cast("Precision", "fp16" if part.precision == "float" else part.precision)
+    snr = verify.min_snr_db.get(precision, DEFAULT_MIN_SNR_DB[precision])
+    max_abs = verify.max_abs.get(precision, DEFAULT_MAX_ABS[precision])
     return TwinExtras(members=members, graph_files={"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
                       check=[__name__, "sample/sentence.txt", str(snr), str(max_abs)],
                       note="the sentence in sample/sentence.txt (the first of verify.sentences)",

@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import yaml
@@ -30,6 +31,10 @@ from ...util.text import clip as clipped
 from ...util.text import step_done
 from .. import ChipCheck
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
+
+if TYPE_CHECKING:
+    from ...matrix.schema import Model
+    from .results import TranscriptVerify
 
 CHECK_VERSION = 5  # bump when a change here should verify every chip again (3: clips packed into windows;
 # 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties; 5: the result in `recipe`, tagged)
@@ -356,22 +361,29 @@ def _key(graph_keys: list[str], packed: list[list[Clip]], language: str, max_tok
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+def transcript_of(model: Model) -> TranscriptVerify:
+    """The model's ``verify``: a transcript check (the recipe, and so this check, is chosen by ``verify.kind``)."""
+    return cast("TranscriptVerify", model.verify)
+
+
 def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
     """Verify every chip build of ``check.groups`` (a model with ``verify.kind: transcript``) by what it
     transcribes: the records as judged, saying ``verified``, ``transcript`` and per-graph ``parity``; a chip
     whose emulator transcript is too far from the CPU's fails both its targets (exit code 7)."""
-    model, loaded = check.model, check.loaded
+    model, loaded, verify = check.model, check.loaded, transcript_of(check.model)
     clips, recorded = verify_clips(loaded, model, check.cache)
     # every chip build of the matrix takes its turn, whatever the filters of this build
-    turns = [(s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
-             if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
+    turns: list[tuple[str, str]] = [
+        (s.name, p) for chip in model.chips for s in loaded.catalog.expand(chip) for p in model.precisions
+        if not all(model.excluded(s.name, p, g.name) for g in model.graphs)]
     store = check.cache / "transcripts"
-    pending, results = [], {}
+    pending: list[ChipJob] = []
+    results: dict[tuple[str, str], ChipResult | str | None] = {}
     cpu = None
     for (soc, precision), rs in sorted(check.groups.items()):
-        mine = pack_windows(chip_clips(clips, turns.index((soc, precision)), model.verify.per_chip),
-                            model.verify.pack)
-        key = _key([r.key for r in rs], mine, model.verify.language, model.verify.max_tokens)
+        mine = pack_windows(chip_clips(clips, turns.index((soc, precision)), verify.per_chip), verify.pack)
+        # built targets: each has its key
+        key = _key(cast("list[str]", [r.key for r in rs]), mine, verify.language, verify.max_tokens)
         cached = store / f"{key}.json"
         if cached.is_file() and not check.force:
             try:
@@ -383,7 +395,7 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
             results[(soc, precision)] = None
             continue
         if cpu is None:
-            cpu = _cpu_transcripts(check.export, clips, model.verify.language, model.verify.max_tokens)
+            cpu = _cpu_transcripts(check.export, clips, verify.language, verify.max_tokens)
         pending.append(_job(check, soc, precision, rs, mine, key, cpu))
     for job, result in _run(pending, check.jobs, check.progress, model.name, check.isolate):
         if isinstance(result, ChipResult):
@@ -397,10 +409,10 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
 def _job(check: ChipCheck, soc: str, precision: str, rs: list[TargetRecord], windows: list[list[Clip]], key: str,
          cpu: dict) -> ChipJob:
     """One chip's check as the worker takes it."""
-    model, s = check.model, check.loaded.catalog.get(soc)
+    model, s, verify = check.model, check.loaded.catalog.get(soc), transcript_of(check.model)
     return ChipJob(
-        key=key, soc=soc, precision=precision, export_dir=str(check.export), language=model.verify.language,
-        max_tokens=model.verify.max_tokens, cpu=cpu["texts"], cpu_wer=cpu["wer"],
+        key=key, soc=soc, precision=precision, export_dir=str(check.export), language=verify.language,
+        max_tokens=verify.max_tokens, cpu=cpu["texts"], cpu_wer=cpu["wer"],
         chip={"name": soc, "soc_model": s.soc_model, "htp_arch": s.htp_arch},
         clips=[{"paths": [str(c.path) for c in w], "names": [c.name for c in w],
                 "name": " + ".join(c.name for c in w), "text": " ".join(c.text for c in w)} for w in windows],

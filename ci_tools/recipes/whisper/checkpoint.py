@@ -20,7 +20,8 @@ from ...errors import SourceError
 CT2_DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
 CT2_BINARY_VERSIONS = (5, 6)  # 6 since CTranslate2 3.x; the layout below is the same for 5
 CT2_SPEC = "WhisperSpec"
-SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bfloat16", "F64": np.float64}
+SAFETENSORS_DTYPES: dict[str, type[np.generic] | str] = {"F32": np.float32, "F16": np.float16, "BF16": "bfloat16",
+                                                         "F64": np.float64}
 
 
 class CheckpointError(SourceError):
@@ -286,6 +287,7 @@ def read_safetensors_file(path: Path) -> dict[str, np.ndarray]:
             raise CheckpointError(f"{path}: truncated: tensor {name} ends at {end:,}, the data has {len(body):,} bytes",
                                   hint="download it again")
         raw = body[start:end]
+        arr: np.ndarray
         if dtype == "bfloat16":
             arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:

@@ -7,6 +7,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from ...compile.records import REPORT, BuildReport, read_target
 from ...errors import UsageError
@@ -38,8 +39,9 @@ def _folder(target: Path, tmp: Path) -> Path:
         r = read_target(folder)
         if r is None:
             raise UsageError(f"--target {target}: no finished {folder.name}", hint="build both graphs")
-        (tmp / f"{graph}_ctx.onnx").symlink_to((folder / r.context_onnx).resolve())
-        for b in r.binaries:
+        # a finished target (its folder exists only when it built) names its stub and binaries
+        (tmp / f"{graph}_ctx.onnx").symlink_to((folder / cast(str, r.context_onnx)).resolve())
+        for b in cast("list[str]", r.binaries):
             (tmp / b).symlink_to((folder / b).resolve())
     for name in ("tokenizer.json", "mel_filters.npy", "encoder.onnx", "decoder.onnx"):  # the ONNX for --cpu
         (tmp / name).symlink_to(Path(export) / name)

@@ -92,7 +92,7 @@ def _save(model, path: Path) -> None:
         write_atomic(path, model.SerializeToString())
 
 
-def export(src: Path, out: Path, gelu: str = "erf", language: str = "en") -> dict:
+def export(src: Path, out: Path, gelu: graphs.Gelu = "erf", language: str = "en") -> dict:
     ck = load(src)
     tok = _tokenizer(Path(src))
     config = decoding_config(ck, tok, language)

@@ -16,6 +16,7 @@ self-attention with an additive bias. The attention scale is folded into the que
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -28,6 +29,7 @@ N_FRAMES = 3000  # 30 s of 10 ms mel frames
 # GELU: "erf" (exact, as Whisper was trained) as ONNX's Gelu op, "tanh" (Gelu approximate="tanh"),
 # or "erf-formula" (x/2 * (1 + Erf(x/sqrt 2)), what torch.onnx writes; HTP rejected that Erf here)
 GELUS = ("erf", "tanh", "erf-formula")
+Gelu = Literal["erf", "tanh", "erf-formula"]
 # The additive bias on masked (future) positions. Not -inf nor -1e4: in a 16-bit quantized graph the
 # scores' range would grow with it (-1e4 gives 0.15 steps); exp(-100) is 0 in fp16 all the same.
 MASK_BIAS = -100.0
@@ -36,7 +38,7 @@ MASK_BIAS = -100.0
 class _G:
     """Collects nodes and initializers; names every node (QNN EP errors name nodes)."""
 
-    def __init__(self, gelu: str):
+    def __init__(self, gelu: Gelu):
         self.nodes: list = []
         self.inits: list = []
         self.n = 0
@@ -46,11 +48,16 @@ class _G:
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], name: str, n_out: int = 1, **attrs) -> str | list[str]:
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+        """A node of one output, named as the node is."""
+        return self.ops(op_type, inputs, name, 1, **attrs)[0]
+
+    def ops(self, op_type: str, inputs: list[str], name: str, n_out: int, **attrs) -> list[str]:
+        """A node of ``n_out`` outputs (``name``, or ``name_0`` ... when more than one): always a list."""
         self.n += 1
         outs = [f"{name}" if n_out == 1 else f"{name}_{i}" for i in range(n_out)]
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
-        return outs[0] if n_out == 1 else outs
+        return outs
 
     def shape(self, name: str, dims: list[int]) -> str:
         return self.const(name, np.asarray(dims, dtype=np.int64))
@@ -114,7 +121,7 @@ def _q(w: dict, p: str, dh: int) -> tuple[np.ndarray, np.ndarray]:
     return w[f"{p}.q_proj.weight"] * s, w[f"{p}.q_proj.bias"] * s
 
 
-def encoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
+def encoder(ck: Checkpoint, gelu: Gelu = "erf") -> onnx.ModelProto:
     d, w = ck.dims, ck.weights
     m, t, h = d.d_model, d.n_audio_ctx, d.encoder_heads
     dh = m // h
@@ -162,7 +169,7 @@ def encoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
                    f"{d.decoder_layers} decoder layers")
 
 
-def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
+def decoder(ck: Checkpoint, gelu: Gelu = "erf") -> onnx.ModelProto:
     d, w = ck.dims, ck.weights
     m, n_ctx, h, L = d.d_model, d.n_text_ctx, d.decoder_heads, d.decoder_layers
     dh, t_audio = m // h, d.n_audio_ctx
@@ -181,9 +188,9 @@ def decoder(ck: Checkpoint, gelu: str = "erf") -> onnx.ModelProto:
     future = g.op("Cast", [g.op("Greater", [positions, "offset"], "decoder/is_future")], "decoder/future",
                   to=TensorProto.FLOAT)
     bias = g.op("Mul", [future, g.const("decoder/mask_bias", np.array(MASK_BIAS, np.float32))], "decoder/self_bias")
-    caches = {}
-    for name in ("self_k_cache", "self_v_cache", "cross_k", "cross_v"):
-        caches[name] = g.op("Split", [name], f"decoder/split_{name}", n_out=L, axis=0, num_outputs=L)
+    caches: dict[str, list[str]] = {}
+    for name in ("self_k_cache", "self_v_cache", "cross_k", "cross_v"):  # a list for one layer too
+        caches[name] = g.ops("Split", [name], f"decoder/split_{name}", L, axis=0, num_outputs=L)
     new_k, new_v = [], []
     step = _Step(keep=keep, write=write, bias=bias)
     for i in range(L):

@@ -18,11 +18,11 @@ FILES = ("tokenizer.json", "mel_filters.npy")
 def archive_extras(report: BuildReport, model, soc, records: list[TargetRecord], top: str,
                    root: Path) -> tuple[list[tuple[str, Path | bytes]], dict | None]:
     """(archive members, ``transcript`` numbers) for one chip's Whisper archive."""
-    export = report.exports.get(model.name)
-    if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
+    found = report.exports.get(model.name)
+    if found is None or not all((Path(found) / f).is_file() for f in (*FILES, "whisper.json")):
         raise PackageError(f"{model.name}: the export (tokenizer.json, mel_filters.npy, whisper.json) is gone "
                            "from the cache", hint="run `qnn-release build` again (nothing recompiles)")
-    export = Path(export)
+    export = Path(found)
     config = json.loads((export / "whisper.json").read_text())
     config["chip"] = {"name": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch}
     config["max_tokens"] = model.verify.max_tokens  # as the sample transcript was made

@@ -14,8 +14,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
-from .. import TwinExtras, TwinPart
+from .. import Member, TwinExtras, TwinPart
+
+if TYPE_CHECKING:
+    from ...util.precision import Precision
 
 FILES = ("tokenizer.json", "mel_filters.npy")
 
@@ -23,29 +27,30 @@ FILES = ("tokenizer.json", "mel_filters.npy")
 def twin_extras(part: TwinPart) -> TwinExtras | None:
     from ...errors import PackageError
     from . import runtime
-    from .check import DEFAULT_MAX_WER, load_clips
+    from .check import DEFAULT_MAX_WER, load_clips, transcript_of
 
-    model = part.model
+    model, verify = part.model, transcript_of(part.model)
     export = part.report.exports.get(model.name)
     if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
         raise PackageError(f"{model.name}: the export (tokenizer.json, mel_filters.npy, whisper.json) is gone from "
                            "the cache", hint="run `qnn-release build` again (nothing recompiles)")
     config = json.loads((Path(export) / "whisper.json").read_text())
     config.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
-    config["max_tokens"] = model.verify.max_tokens
-    clip = load_clips(part.loaded.root, model.verify.clips)[0]
+    config["max_tokens"] = verify.max_tokens
+    clip = load_clips(part.loaded.root, verify.clips)[0]
     sample = f"sample/{clip.path.name}"
-    members = [(f, Path(export) / f) for f in FILES]
+    members: list[Member] = [(f, Path(export) / f) for f in FILES]
     members += [("whisper.json", (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()),
                 ("transcribe.py", Path(runtime.__file__).read_bytes()), (sample, clip.path)]
-    precision = "fp16" if part.precision == "float" else part.precision  # the bar of the binaries it stands in for
-    bar = model.verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
+    # the bar of the binaries it stands in for (part.precision: float, or a quantized precision)
+    precision = cast("Precision", "fp16" if part.precision == "float" else part.precision)
+    bar = verify.max_wer_vs_cpu.get(precision, DEFAULT_MAX_WER[precision])
     return TwinExtras(members=members, graph_files={"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
-                      check=[__name__, sample, str(model.verify.max_tokens), str(bar)],
+                      check=[__name__, sample, str(verify.max_tokens), str(bar)],
                       note=f"the clip {sample} (the first of verify.clips)",
                       readme="recipes/whisper_twin_readme.md.j2",
                       context={"sample": sample, "sample_text": f"sample/{clip.path.stem}.txt",
-                               "max_tokens": model.verify.max_tokens, "precision": part.precision, "bar": bar})
+                               "max_tokens": verify.max_tokens, "precision": part.precision, "bar": bar})
 
 
 def main(argv: list[str]) -> int:
