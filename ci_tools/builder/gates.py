@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import PrepareError, QnnReleaseError
 from ..matrix.plan import Target
-from ..matrix.schema import Model
+from ..matrix.schema import Model, NpzFrontEnd
 from ..prepare.graph import Prepared
 from ..sources.samples import SampleSet, calibration_feeds
 
@@ -80,7 +80,8 @@ def unused_samples(m: Model, preps: dict[str, Prepared]) -> QnnReleaseError | No
         names = sorted({i.name for p in preps.values() for i in p.inputs})
         return ConfigError(f"{m.name}: samples feed no graph: "
                            + (f"samples.graphs {b.graphs} names none of {sorted(preps)}" if b.graphs
-                              else f"no graph has the input '{fe.input}' (samples.front_end.input)"),
+                              else f"no graph has the input '{fe.input}' (samples.front_end.input)"
+                              if not isinstance(fe, NpzFrontEnd) else "no graph has the inputs its .npz files hold"),
                            hint=f"the graphs' inputs: {', '.join(names)}")
     return None
 

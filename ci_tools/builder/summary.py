@@ -35,6 +35,7 @@ def summary(report: BuildReport) -> str:
                  "with `samples:` in the matrix; `package --require-verified` refuses it otherwise)")
     for r in report.failed:
         text += f"\nFAILED {r.id}: {r.error}"
-    for r in report.refused:
-        text += f"\nREFUSED {r['model']} {r['precision']} for {r['soc']}: {r['reason']}"
+    for refused in report.refused:
+        text += (f"\nREFUSED {refused['model']} {refused['precision']} for {refused['soc']}: "
+                 f"{refused['reason']}")
     return text

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny
 
@@ -19,7 +19,7 @@ from ..recipes import RecipeFigures
 from ..util.files import write_json
 
 FILE = "device-numbers.json"
-VERSION = 1
+VERSION: Final = 1
 
 # ok: measured and on-device parity passed; parity-failed: measured, outputs disagree with CPU (fails the target
 # unless the matrix says options.device_parity: record); the rest were not measured, with the reason
@@ -155,12 +155,13 @@ def on_device(runs: dict[str, DeviceRun], recipe: Callable[[dict[str, DeviceRun]
     if not runs:
         return None
     weakest = min(runs.values(), key=lambda r: _ORDER.index(r.status))
-    ok = all(r.latency is not None for r in runs.values())
-    npu = round(sum(r.latency.median_ms for r in runs.values()), 3) if ok else None
-    cpu = round(sum(r.cpu.latency.median_ms for r in runs.values()), 3) \
-        if ok and all(r.cpu is not None for r in runs.values()) else None
+    npus = [r.latency.median_ms for r in runs.values() if r.latency is not None]
+    ok = len(npus) == len(runs)
+    npu = round(sum(npus), 3) if ok else None
+    cpus = [r.cpu.latency.median_ms for r in runs.values() if r.cpu is not None]
+    cpu = round(sum(cpus), 3) if ok and len(cpus) == len(runs) else None
     dev = next((r.device.name + (f" ({r.device.stands_in_for}, same soc_model and HTP arch)"
                                  if r.device.stands_in_for else "") for r in runs.values() if r.device), None)
     return OnDevice(via=weakest.via, status=weakest.status, reason=weakest.reason, device=dev, latency_ms=npu,
                     cpu_latency_ms=cpu, speedup_vs_cpu=round(cpu / npu, 2) if cpu and npu else None,
-                    recipe=recipe(runs) if ok and recipe is not None else None)
+                    recipe=RecipeFigures.dispatch(recipe(runs)) if ok and recipe is not None else None)

@@ -109,7 +109,7 @@ class _Downloader:
     def _in(self, release: str | None) -> dict[str, dict]:
         """The assets of the tag's release (None) or of one of its linked parts, looked up once."""
         if release not in self.assets:
-            rel = self.gh.release_by_tag(release)
+            rel = self.gh.release_by_tag(release) if release is not None else None
             if rel is None:
                 raise PublishError(f"{self.where}: the manifest puts assets in release {release}, which is not "
                                    "published", hint="publish the release again: it resumes, parts first")
@@ -215,7 +215,7 @@ def loadable_release(release: str, model: str, soc: str, runtime: str, precision
     releases = [r for r in gh.paginate(f"/repos/{repo}/releases") if not r.get("draft")  # newest first
                 and r.get("tag_name") != tag and not re.search(r"-part\d+$", r.get("tag_name", ""))]
     if mine is not None and all(_plain_version(r.get("tag_name", "")) for r in releases):  # every tag a version
-        releases.sort(key=lambda r: _plain_version(r["tag_name"]), reverse=True)
+        releases.sort(key=lambda r: _plain_version(r["tag_name"]) or (), reverse=True)
     for rel in releases:
         v = _plain_version(rel.get("tag_name", ""))
         if mine is not None and v is not None and v > mine:  # never a release newer than the one asked for
@@ -270,7 +270,7 @@ def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None,
     kind, libs = "binary", None
     if candidates:
         asset = min(candidates, key=lambda a: PRECISION_ORDER.index(a["precision"]))
-        if runtime is not None:
+        if runtime is not None and chip is not None:
             _check_runtime(release, model, chip.name, asset, runtime)
         libs = next((a for a in assets if a.get("kind") == "qnn-libs"
                      and a.get("sdk_version") == asset.get("sdk_version")), None)

@@ -9,17 +9,21 @@ unless ``--replace``. Several publishers racing on one tag converge on the oldes
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pydantic
 
 from ..errors import PublishError
 from ..sources.store import sha256_file
 from ..util.github_limits import EXTRAS, LAST, MAX_ASSET_BYTES, MAX_ASSETS
 from ..util.text import clip
+from ..util.validation import first_error
 from .github import Connection, GitHub
+from .manifest import Manifest
 
 MAX_ASSET = MAX_ASSET_BYTES + 1  # GitHub refuses assets of 2 GiB and more
 
@@ -84,38 +88,50 @@ def release_dir(path: Path) -> Path:
 Files = list[tuple[str, Path, str, str]]  # (name, path, sha256, content type) in upload order
 
 
-def local_assets(folder: Path) -> tuple[dict, Files]:
+def local_assets(folder: Path) -> tuple[Manifest, Files]:
     """(manifest, the files of the tag's own release in upload order), every file checked; for a release in
     several parts see ``release_files``."""
     manifest, by_release = release_files(folder)
     return manifest, by_release[None]
 
 
-def release_files(folder: Path) -> tuple[dict, dict[str | None, Files]]:
+def read_manifest(path: Path) -> Manifest:
+    """A packaged release's manifest.json, read by its model: anything else is one line naming the key."""
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except OSError as e:
+        raise PublishError(f"{path}: cannot read it ({e.strerror})") from None
+    except pydantic.ValidationError as e:
+        where, what = first_error(e)
+        raise PublishError(f"{path}: {where or '(top level)'}: {what}",
+                           hint="package again with this qnn-release; never edit a packaged release") from None
+
+
+def release_files(folder: Path) -> tuple[Manifest, dict[str | None, Files]]:
     """(manifest, release tag -> its files in upload order; None: the tag's own release, which gets the notes,
     the page, the sh client, then SHA256SUMS and manifest.json last), every file checked against the manifest
     and against GitHub's limits."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    by_release: dict[str | None, Files] = {part: [] for part in manifest.get("parts") or []}
+    manifest = read_manifest(folder / "manifest.json")
+    by_release: dict[str | None, Files] = {part: [] for part in manifest.parts}
     by_release[None] = []
-    for a in manifest["assets"]:
-        for f in a.get("pieces") or [a]:
-            path = folder / f["name"]
+    for a in manifest.assets:
+        named: list[Any] = list(a.pieces) if a.pieces else [a]  # its pieces, or itself: each has name, sha256
+        for f in named:
+            path = folder / f.name
             if not path.is_file():
                 raise PublishError(f"{path}: listed in manifest.json but missing")
             digest = sha256_file(path)
-            if digest != f["sha256"]:
+            if digest != f.sha256:
                 raise PublishError(f"{path}: sha256 {digest[:12]}... does not match the manifest's "
-                                   f"{f['sha256'][:12]}...", hint="package again; never edit a packaged release")
+                                   f"{f.sha256[:12]}...", hint="package again; never edit a packaged release")
             if path.stat().st_size >= MAX_ASSET:
                 raise PublishError(f"{path}: {path.stat().st_size} bytes; GitHub assets must be under 2 GiB",
                                    hint="package again: a larger archive is uploaded in pieces "
                                         "(release.max_asset_bytes)")
-            release = a.get("release")
-            if release not in by_release:
-                raise PublishError(f"{folder}/manifest.json: {a['name']} is in release {release}, which is not "
+            if a.release not in by_release:
+                raise PublishError(f"{folder}/manifest.json: {a.name} is in release {a.release}, which is not "
                                    "one of its parts", hint="package again; never edit a packaged release")
-            by_release[release].append((f["name"], path, digest, "application/x-bzip2"))
+            by_release[a.release].append((f.name, path, digest, "application/x-bzip2"))
     files = by_release[None]
     for name, ctype in EXTRAS:
         if (folder / name).is_file():
@@ -125,7 +141,7 @@ def release_files(folder: Path) -> tuple[dict, dict[str | None, Files]]:
                       "application/json" if name.endswith(".json") else "text/plain"))
     for release, listed in by_release.items():
         if len(listed) > MAX_ASSETS:
-            raise PublishError(f"{folder}: {len(listed)} assets for release {release or manifest.get('tag')}; a "
+            raise PublishError(f"{folder}: {len(listed)} assets for release {release or manifest.tag}; a "
                                f"GitHub release holds at most {MAX_ASSETS}",
                                hint="package again with this qnn-release: it continues a release in linked parts "
                                     "(nothing was uploaded)")
@@ -176,32 +192,35 @@ def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool =
     token = via.token
     folder = release_dir(path)
     manifest, by_release = release_files(folder)
-    if manifest.get("tag") not in (None, tag):
-        raise PublishError(f"{folder}/manifest.json was packaged for {manifest['tag']}, not {tag}",
+    if manifest.tag not in (None, tag):
+        raise PublishError(f"{folder}/manifest.json was packaged for {manifest.tag}, not {tag}",
                            hint="package again with --tag " + tag)
     if not token and not dry_run:
         raise PublishError("no GitHub token", hint="set GITHUB_TOKEN or GH_TOKEN (contents: write)")
     gh = via.client(repo)
     notes = (folder / "RELEASE_NOTES.md").read_text() if (folder / "RELEASE_NOTES.md").is_file() else ""
     plan = Plan(tag=tag)
-    parts = list(manifest.get("parts") or [])
-    bodies = {None: notes, **{p: _part_body(tag, k + 2, len(parts) + 1) for k, p in enumerate(parts)}}
-    releases = {}
+    parts = list(manifest.parts)
+    bodies: dict[str | None, str] = {None: notes, **{p: _part_body(tag, k + 2, len(parts) + 1)
+                                                     for k, p in enumerate(parts)}}
+    releases: dict[str | None, dict | None] = {}
     for part in [*parts, None]:  # the linked parts first: the tag's own release (the manifest) is what clients read
         name = part or tag
-        releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
-        if releases[part] is not None and not releases[part].get("draft", True):
-            _made_here(gh, releases[part], by_release[part], f"{repo}@{name}", replace)
-        _upload_all(gh, releases[part], by_release[part], plan, dry_run, replace, f"{repo}@{name}")
-    drafts = [p for p in [*parts, None] if releases[p] is None or releases[p].get("draft", True)]
+        found = releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
+        if found is not None and not found.get("draft", True):
+            _made_here(gh, found, by_release[part], f"{repo}@{name}", replace)
+        _upload_all(gh, found, by_release[part], plan, dry_run, replace, f"{repo}@{name}")
+    drafts = [p for p in [*parts, None] if (releases[p] or {}).get("draft", True)]
+    made = {p: r for p, r in releases.items() if r is not None}  # all of them, unless a dry run
     if drafts and not dry_run:
         for p in [*parts, None]:  # nothing leaves draft before every part is whole: each checked once
-            _check_complete(gh, releases[p], by_release[p])
+            _check_complete(gh, made[p], by_release[p])
     for part in drafts:
-        release, name = releases[part], part or tag
+        name = part or tag
         plan.add(f"publish {name} (leave draft) once all {len(by_release[part])} assets are verified")
         if dry_run:
             continue
+        release = made[part]
         if part is not None:
             gh.update_release(release["id"], draft=False, body=bodies[part], name=name, prerelease=True,
                               make_latest="false")
@@ -291,6 +310,7 @@ def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_
 def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[str, dict], plan: Plan,
                  how: tuple[bool, bool, str]) -> None:
     dry_run, replace, where = how
+    live = release or {}  # None only in a dry run, which uploads nothing
     for name, local, digest, ctype in files:
         if name in existing:
             if _digest(gh, existing[name]) == digest:
@@ -301,7 +321,7 @@ def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[
                                    hint="a published asset is never silently overwritten: pass --replace")
             plan.add(f"replace {name} ({local.stat().st_size} bytes)")
             full = len(existing) >= MAX_ASSETS  # leftovers of an earlier --replace take slots too
-            if full and not release.get("draft", True):
+            if full and not (release or {}).get("draft", True):
                 raise PublishError(f"{where}: --replace {name}: the release is published and holds {len(existing)} "
                                    f"assets, GitHub's limit; a replacement is uploaded before the old version is "
                                    "removed (clients never see neither), which needs a free slot",
@@ -310,9 +330,9 @@ def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[
             if not dry_run:
                 if full:  # a draft nobody sees: the old version goes first to make room
                     gh.delete_asset(existing[name]["id"])
-                    _upload(gh, release, name, local, digest, ctype)
+                    _upload(gh, live, name, local, digest, ctype)
                 else:
-                    _replace(gh, release, existing[name], name, local, digest, ctype)
+                    _replace(gh, live, existing[name], name, local, digest, ctype)
             continue
         staged = existing.get(f"{name}.new-{digest[:8]}")
         if staged is not None and _digest(gh, staged) == digest:  # an interrupted --replace: finish its swap
@@ -324,7 +344,7 @@ def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[
         plan.add(f"upload {name} ({local.stat().st_size} bytes)" + (f" to {where.split('@', 1)[1]}"
                                                                      if "-part" in where else ""))
         if not dry_run:
-            _upload(gh, release, name, local, digest, ctype)
+            _upload(gh, live, name, local, digest, ctype)
 
 
 def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype: str) -> dict:
