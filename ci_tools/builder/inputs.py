@@ -33,8 +33,8 @@ def samples_of(store: SourceStore, loaded: LoadedMatrix, m: Model, graph: str, i
     if m.calibration.path and recipe_for(m) is None:
         folder = (loaded.root / m.calibration.path).resolve()
         feeds = load_calibration(folder, inputs)[:8]  # verify on 8 at most (the emulator's time)
-        files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))[:8]}
-        return SampleSet(streams=[(n, [f]) for n, f in zip(files, feeds)], files=files,
+        digests = {p.name: sha256_file(p) for p in sorted(folder.glob("*.npz"))[:8]}
+        return SampleSet(streams=[(n, [f]) for n, f in zip(digests, feeds)], files=digests,
                          note=f"real samples: {len(feeds)} .npz files from calibration.path ({m.calibration.path})")
     return None
 

@@ -83,8 +83,9 @@ def verify_digest(m: Model, prep: Prepared, ss: SampleSet | None, recipe_inputs:
     record carries: a tightened limit, new clips or sentences (``recipe_inputs``: the export's key and the recipe's
     own inputs' digest) judge the chip again, never "cached" on the old verdict."""
     recipe = recipe_for(m)
-    own = None if recipe is None else {"recipe": recipe.kind, "check": recipe.check_version,
-                                       "verify": m.verify.model_dump(mode="json"), "inputs": recipe_inputs}
+    own = None if recipe is None or m.verify is None else {
+        "recipe": recipe.kind, "check": recipe.check_version, "verify": m.verify.model_dump(mode="json"),
+        "inputs": recipe_inputs}
     if ss is not None and own is None:
         return ss.digest
     return hashlib.sha256(json.dumps({"generated": generated_inputs_note(prep.input_ranges),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..catalog import routes
-from ..compile.backends import get_backend
+from ..compile.backends import Backend, get_backend
 from ..compile.records import FAILED, OK, PRECOMPILE_REPORT, REPORT, BuildReport, TargetRecord, write_precompile_report
 from ..compile.target_job import TargetSpec, forget
 from ..errors import PrepareError, QnnReleaseError, SourceError
@@ -178,7 +178,7 @@ class _Run:
     chip, then per target a cached record or the job (``TargetSpec``) that compiles and verifies it."""
 
     loaded: LoadedMatrix
-    route: object
+    route: Backend
     backend: str
     sdk: str
     cache: Path
@@ -299,8 +299,9 @@ class _Run:
             self.range_errors[t.graph] = fp16_range_gate(m, prep, ss) if ss is not None and fp16 else None
             sample_sets[t.graph] = ss
         ss = sample_sets[t.graph]
-        if t.precision == "fp16" and self.range_errors[t.graph] is not None:
-            raise self.range_errors[t.graph]
+        range_error = self.range_errors[t.graph]
+        if t.precision == "fp16" and range_error is not None:
+            raise range_error
         if gp not in self.inputs:
             samples = None
             if t.precision != "fp16":
@@ -363,8 +364,9 @@ class _Run:
                 self.quant_trials[gp] = trial_compile(self.route, prep, same, self.out, self.cache, quantized=qdq)
             except Exception:  # a help: the per-chip compile reports what it fails on
                 self.quant_trials[gp] = None
-        if self.quant_trials.get(gp) is not None:
-            raise self.quant_trials[gp]
+        trial = self.quant_trials.get(gp)
+        if trial is not None:
+            raise trial
 
     def compile_all(self, jobs: int) -> bool:
         """Run every job; True when interrupted (the targets not finished are recorded as such)."""

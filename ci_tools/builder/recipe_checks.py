@@ -19,6 +19,8 @@ def recipe_checks(run, jobs: int, interrupted: bool) -> None:
     for name, export in run.exports.items():
         model = run.loaded.matrix.model(name)
         recipe = recipe_for(model)
+        if recipe is None:  # an export is kept for a recipe's model only
+            continue
         mine = [r for r in run.records.values() if r.model == name and r.built]
         # judged: its folder in ``out`` carries the verdict already (an earlier build, or a downloaded chip job)
         judged = {r.id for r in mine if r.verify_kind == recipe.kind}

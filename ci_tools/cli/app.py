@@ -269,6 +269,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     written = write(root, {**render_all(loaded), **render_clients(loaded.catalog)})
     (root / FETCH_SH).chmod(0o755)
     tool = loaded.matrix.tool
+    if tool is None:  # init and upgrade both write it
+        raise UsageError(f"{matrix}: no tool pin after {'upgrade' if args.upgrade else 'init'}")
     print(f"{'upgraded' if args.upgrade else 'adopted'}: {matrix.relative_to(root)} pins {tool.repository}@"
           f"{tool.ref[:12]}{f' ({tool.version})' if tool.version else ''}; wrote {len(written)} file(s) under "
           ".github/workflows and clients/\nnext: add your models to matrix/models.yaml, `qnn-release render`, commit, "

@@ -157,7 +157,7 @@ def _type(prop: dict, defs: dict | None = None) -> str:
             return _type(inline, defs)
         return f"[{name}](#{name.lower()})"
     if "anyOf" in prop or "oneOf" in prop:
-        return " or ".join(_type(p, defs) for p in prop.get("anyOf") or prop.get("oneOf"))
+        return " or ".join(_type(p, defs) for p in prop.get("anyOf") or prop.get("oneOf") or [])
     if "enum" in prop:
         return " \\| ".join(f"`{v}`" for v in prop["enum"])
     if "const" in prop:

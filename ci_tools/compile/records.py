@@ -190,9 +190,9 @@ class BuildReport:
     records: list[TargetRecord]
     prepared: list[dict]
     path: Path
-    backend: str
-    sdk_version: str
-    seconds: float
+    backend: str | None  # None: a report written without it (an older or a hand-made one)
+    sdk_version: str | None
+    seconds: float | None
     interrupted: bool = False
     timings: dict = field(default_factory=dict)
     work: dict = field(default_factory=dict)

@@ -333,11 +333,11 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     if ran is None:
         return None
     outputs, emu_seconds = ran
-    reference = run_cpu(spec.prepared.path, feeds)
+    expected = run_cpu(spec.prepared.path, feeds)
     how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note,
                      argmax=ss.argmax if ss is not None else None)
     try:
-        v = check(spec.target_id, names, reference, outputs, th, emu_seconds, sample_names, how)
+        v = check(spec.target_id, names, expected, outputs, th, emu_seconds, sample_names, how)
     except VerifyError as e:
         bisect_failure(spec, job, result, e, dict(zip(sample_names, feeds)), th)
         raise

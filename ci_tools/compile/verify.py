@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Verification:
 
 def thresholds_for(options: Options, precision: str) -> Thresholds:
     base = DEFAULT_THRESHOLDS[precision]
-    override = options.verify.get(precision)
+    override = next((t for p, t in options.verify.items() if p == precision), None)
     if override is None:
         return base
     return base.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
@@ -404,7 +405,7 @@ def _judge_argmax(d: dict, k: int, reference, compiled, names: list[str], limit:
     """An output an app reads by its argmax (a CTC recognizer's classes per time step, a classifier):
     judged by how many positions pick another class than CPU, not by its probabilities' values."""
     flips = positions = 0
-    worst = (0.0, None)
+    worst: tuple[float, str | None] = (0.0, None)
     per_sample_rate: dict[str, float] = {}
     broken = []  # NaN or HTP garbage in any sample: never passed on the class picked
     for sample, r, g in zip(names, reference, compiled):
@@ -455,7 +456,7 @@ def _raise_failure(target_id, per_output, failing, worst_name, thresholds, preci
     hint = (f"the CPU values of '{worst_name}' are near zero on these inputs (max |y| {d['peak_cpu']:.3g}): "
             f"give the model real samples (`samples:` in the matrix) on which it has a range, or an absolute tolerance "
             f"options.verify.{precision}.max_abs or one relative to its peak options.verify.{precision}.max_rel"
-            if near_zero and not real else REAL_HINTS.get(precision) if real and precision in REAL_HINTS
+            if near_zero and not real else REAL_HINTS[precision] if real and precision in REAL_HINTS
             else HINTS.get(precision, HINTS["fp16"]))
     if not real and inputs_note:
         hint += "; verified on generated inputs only"
@@ -488,7 +489,8 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
     the whole sequence (its steps side by side), values outside the declared or CPU-observed range,
     decision flips at the declared thresholds, and the carried state's drift at each stream's end
     (``how.stream``)."""
-    precision, slices, stream = how.precision, how.slices, how.stream
+    precision, slices = how.precision, how.slices
+    stream = cast(Stream, how.stream)  # a stream check is only run for samples with a stream
     reference, compiled, counts = _gate_streams(output_names, reference, compiled, how.where)
     reference = [[cut_slices(output_names, o, slices) for o in s] for s in reference]
     compiled = [[cut_slices(output_names, o, slices) for o in s] for s in compiled]
@@ -528,8 +530,8 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
                 d["state_drift_after_steps"] = at
             limit = stream.max_drift.get(name)
             if limit is not None and drift > limit:
-                where = f"after step {at} of {worst_end}" if worst_end in carried else f"by the end of {worst_end}"
-                d["failures"].append(f"the carried state drifts {drift:.4g} from CPU {where} "
+                when = f"after step {at} of {worst_end}" if worst_end in carried else f"by the end of {worst_end}"
+                d["failures"].append(f"the carried state drifts {drift:.4g} from CPU {when} "
                                      f"(> stream.max_drift {limit})")
         if precision == "fp16":
             garbage = _fp16_garbage(gg)

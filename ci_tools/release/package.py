@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 from .. import __version__
 from ..compile import qnn_ep
@@ -47,7 +48,7 @@ RELEASE_DIR = "release"
 @dataclass
 class PackageResult:
     release: Path
-    assets: list[ModelAsset | LibsAsset]
+    assets: list[ModelAsset | LibsAsset | TwinAsset]
     notes: Path | None
     manifest: Manifest
 
@@ -112,12 +113,15 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
     loaded: LoadedMatrix = load_matrix(matrix or report.matrix)
     complete, skipped = _complete(report, loaded)
     _verified_gate(loaded, complete, require_verified)
-    compiled, archs = _consistency_gate(out, loaded, complete, qnn_sdk)
+    targets, compiled, archs = _consistency_gate(out, loaded, complete, qnn_sdk)
     release = out / RELEASE_DIR
     tmp = Path(tempfile.mkdtemp(prefix=".release.", dir=out))
+    done = False
     try:
-        assets, libs_name = _qnn_libs(qnn_sdk, archs, tmp)
-        job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, compiled=compiled, libs_name=libs_name,
+        libs, libs_name = _qnn_libs(qnn_sdk, archs, tmp)
+        assets: list[ModelAsset | LibsAsset | TwinAsset] = list(libs)
+        job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, targets=targets, compiled=compiled,
+                        libs_name=libs_name,
                         prepared={(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.prepared},
                         device=_device_numbers(out, loaded, device_numbers, complete))
         metas: dict[str, Metadata] = {}  # archive name -> its metadata.json, for the release page
@@ -138,13 +142,13 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         write_atomic(tmp / "SHA256SUMS", sums + f"{sha256_file(client)}  {client.name}\n")
         write_page(tmp, manifest, metas, report)  # index.html: the release page, last (it lists the others' sha256)
         replace_dir(tmp, release)
-        tmp = None
+        done = True
         if notes_path is not None:
             write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())
             write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest_json(manifest))
         return PackageResult(release=release, assets=list(manifest.assets), notes=notes_path, manifest=manifest)
     finally:
-        if tmp is not None:
+        if not done:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -211,7 +215,10 @@ def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licen
     from .twin import recipe_twin_archive
 
     graphs = {p.graph: p.path for p in preps}
-    extras = recipe_for(model).twin(TwinPart(loaded=job.loaded, report=job.report, model=model,
+    recipe = recipe_for(model)
+    if recipe is None:
+        return []
+    extras = recipe.twin(TwinPart(loaded=job.loaded, report=job.report, model=model,
                                              graphs=quantized[1] if quantized else graphs, cache=default_cache(),
                                              precision=quantized[0] if quantized else "float"))
     if extras is None:
@@ -274,10 +281,14 @@ def _verified_gate(loaded: LoadedMatrix, complete: dict[Group, list[TargetRecord
 
 
 def _consistency_gate(out: Path, loaded: LoadedMatrix, complete: dict[Group, list[TargetRecord]],
-                      qnn_sdk: Path | None) -> tuple[dict[str, str], set[int]]:
-    """The compiled SDK and chip, read back from every binary's stub: (QNN version per target id, HTP archs).
-    Refuses binaries for another chip than their name says, or of another SDK than the qnn-libs beside them."""
-    offenders, compiled, archs = [], {}, set()
+                      qnn_sdk: Path | None) -> tuple[dict[str, TargetRecord], dict[str, str], set[int]]:
+    """Every target's folder record (target.json, read here once) and the compiled SDK and chip read back from every
+    binary's stub: (records, QNN version per target id, HTP archs). Refuses a folder without a finished build, binaries
+    for another chip than their name says, or of another SDK than the qnn-libs beside them."""
+    offenders: list[str] = []
+    targets: dict[str, TargetRecord] = {}
+    compiled: dict[str, str] = {}
+    archs: set[int] = set()
     for (_, soc_name, _), records in complete.items():
         soc = loaded.catalog.get(soc_name)
         archs.add(soc.htp_arch)
@@ -287,9 +298,10 @@ def _consistency_gate(out: Path, loaded: LoadedMatrix, complete: dict[Group, lis
             if target is None:
                 offenders.append(f"{r.id}: no finished build in {folder}")
                 continue
-            if target.key != r.key:
+            if target.key != r.key or not target.context_onnx or not target.binaries:
                 offenders.append(f"{r.id}: {folder} holds another build than the report")
                 continue
+            targets[r.id] = target
             got = qnn_ep.compiled_for(folder / target.context_onnx)
             compiled[r.id] = got["sdk"]
             if not qnn_ep.proves_chip(got["htp_arch"], got["soc_model"], soc):
@@ -299,7 +311,7 @@ def _consistency_gate(out: Path, loaded: LoadedMatrix, complete: dict[Group, lis
     if offenders:
         raise PackageError(f"release refused, {len(offenders)} inconsistent binaries: " + "; ".join(offenders),
                            hint="rebuild them with one SDK version (and ship that version's qnn-libs)")
-    return compiled, archs
+    return targets, compiled, archs
 
 
 def _sdk_offenders(complete: dict[Group, list[TargetRecord]], compiled: dict[str, str],
@@ -327,6 +339,10 @@ def _sdk_offenders(complete: dict[Group, list[TargetRecord]], compiled: dict[str
     return offenders
 
 
+def _libs_kinds(libs: Path, inc: Path) -> list[tuple[Path, Literal["qnn-libs", "qnn-include"]]]:
+    return [(libs, "qnn-libs"), (inc, "qnn-include")]
+
+
 def _qnn_libs(qnn_sdk: Path | None, archs: set[int], tmp: Path) -> tuple[list[LibsAsset], str | None]:
     """``qnn-libs-<version>.tar.bz2`` and ``qnn-include-<version>.tar.bz2``, when an SDK tree is given."""
     if not qnn_sdk:
@@ -335,7 +351,7 @@ def _qnn_libs(qnn_sdk: Path | None, archs: set[int], tmp: Path) -> tuple[list[Li
     libs, inc = build_qnn_libs(qnn_sdk, sorted(archs), tmp)
     return [LibsAsset(name=path.name, kind=kind, sdk_version=libs_ver, htp_archs=[f"v{a}" for a in sorted(archs)],
                       size=path.stat().st_size, sha256=sha256_file(path))
-            for path, kind in ((libs, "qnn-libs"), (inc, "qnn-include"))], libs.name
+            for path, kind in _libs_kinds(libs, inc)], libs.name
 
 
 @dataclass(kw_only=True)
@@ -346,6 +362,7 @@ class _Archives:
     tmp: Path
     loaded: LoadedMatrix
     report: BuildReport
+    targets: dict[str, TargetRecord]  # target id -> its folder's target.json, as the consistency gate read it
     compiled: dict[str, str]  # target id -> the QNN version its stub says
     libs_name: str | None
     prepared: dict[tuple[str, str], Prepared]
@@ -399,21 +416,22 @@ class _Archives:
                members: list[tuple[str, Path | bytes]]) -> tuple[dict, dict, Prepared]:
         """One graph's files (appended to ``members``), its ``graphs[]`` entry and its numbers."""
         folder = self.out / r.id
-        target = read_target(folder)
+        target = self.targets[r.id]
         prep = self.prepared.get((model.name, r.graph))
         if prep is None or not prep.path.is_file():
             raise PackageError(f"{r.id}: the prepared graph is gone from the cache",
                                hint="run `qnn-release build` again (nothing recompiles)")
-        binary = folder / target.binaries[0]
-        members += [(f"{stem}/{target.context_onnx}", folder / target.context_onnx), (f"{stem}/{binary.name}", binary)]
+        ctx = cast(str, target.context_onnx)  # the consistency gate refused a target without one
+        binary = folder / cast(list, target.binaries)[0]
+        members += [(f"{stem}/{ctx}", folder / ctx), (f"{stem}/{binary.name}", binary)]
         recipe = recipe_for(model)
         if recipe is None or recipe.graph_samples:  # else the recipe ships samples of its own kind
             members += _sample_members(stem, prep, model.calibration.seed, model.options.constant_outputs)
         graph = {"name": r.graph, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
-                 "stub_io": qnn_ep.stub_io_names(folder / target.context_onnx, prep),
+                 "stub_io": qnn_ep.stub_io_names(folder / ctx, prep),
                  "parameters": prep.parameters or None, "source_parameters": prep.source_parameters or None,
                  "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
-                 "context_onnx": target.context_onnx, "binary": binary.name,
+                 "context_onnx": ctx, "binary": binary.name,
                  "size": binary.stat().st_size, "sha256": sha256_file(binary)}
         emu = target.emulator_seconds
         number = {"compile_seconds": target.compile_seconds, "parity_vs_cpu": target.parity,
@@ -456,7 +474,7 @@ class _Archives:
         }
 
 
-def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[ModelAsset | LibsAsset],
+def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[ModelAsset | LibsAsset | TwinAsset],
               complete: dict[Group, list[TargetRecord]], skipped: list[str], device: DeviceNumbers | None,
               parts: list[str]) -> Manifest:
     warnings = _sdk_warnings(loaded, {a.sdk_version for a in assets if a.kind == "model"})
@@ -494,7 +512,8 @@ def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: Manifest,
     prev = previous or _previous_manifest(notes_dir, tag)
     changes = _changes(manifest, prev)
     notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=changes, previous=prev,
-                   runtimes=runtimes, comparison=None if changes["first"] else _comparison(loaded, manifest, prev, tmp))
+                   runtimes=runtimes,
+                   comparison=None if changes["first"] or prev is None else _comparison(loaded, manifest, prev, tmp))
     write_atomic(tmp / "RELEASE_NOTES.md", notes)
     return notes_dir / f"{tag}.md"
 
@@ -598,7 +617,7 @@ def _same_binaries(out: Path, numbers: DeviceNumbers, records: list[TargetRecord
         run = numbers.targets.get(r.id)
         if run is None:
             continue
-        if run.binary_sha256 == sha256_file(out / r.id / r.binaries[0]):
+        if r.binaries and run.binary_sha256 == sha256_file(out / r.id / r.binaries[0]):
             keep[r.id] = run
         else:
             stale += 1

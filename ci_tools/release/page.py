@@ -16,6 +16,7 @@ import os
 import re
 import tarfile
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import jinja2
@@ -91,6 +92,7 @@ def _ok_cell(asset: ModelAsset, meta: Metadata | None) -> dict:
     numbers = list(meta.numbers.values()) if meta else []
     parity = [n.parity_vs_cpu for n in numbers if n.parity_vs_cpu]
     latency = [n.emulator_latency_ms for n in numbers]
+    measured = [x for x in latency if x is not None]
     sizes = [g.size for g in meta.graphs] if meta else []
     status = "passed" if asset.verified is not False and parity else "unverified"
     if status == "passed" and asset.verified_on != "real-samples":  # older manifests: not said, not real
@@ -104,7 +106,8 @@ def _ok_cell(asset: ModelAsset, meta: Metadata | None) -> dict:
             "max_abs": max(p.max_abs for p in parity) if parity else None,
             "by_max_abs": any(n.verification is not None and n.verification.passed_by == "max_abs" for n in numbers),
             "rules": [r for n in numbers if n.verification is not None for r in n.verification.rules or []],
-            "latency_ms": round(sum(latency), 3) if latency and None not in latency else None, "error": None,
+            "latency_ms": round(sum(measured), 3) if latency and len(measured) == len(latency) else None,
+            "error": None,
             "recipe_rows": _recipe_rows(meta.recipe if meta else None),
             "device": _device(meta.on_device if meta else None)}
 
@@ -181,9 +184,9 @@ def _cells(manifest: Manifest, metas: dict[str, Metadata], report: BuildReport |
             cells[key] = {"status": "failed", "error": f"{r.graph}: {r.error or ''}".strip(": ")}
         elif cells[key]["status"] == "failed":
             cells[key]["error"] += f"; {r.graph}: {r.error or ''}"
-    for r in report.refused if report is not None else []:
-        key = (r.get("precision", ""), r.get("soc", ""), r.get("model", ""))
-        cells.setdefault(key, {"status": "refused", "error": r.get("reason")})
+    for refused in report.refused if report is not None else []:
+        key = (refused.get("precision", ""), refused.get("soc", ""), refused.get("model", ""))
+        cells.setdefault(key, {"status": "refused", "error": refused.get("reason")})
     for c in cells.values():
         c["symbol"], c["text"] = STATUS[c["status"]]
     return cells, failures
@@ -202,9 +205,9 @@ def _overview(cells: dict, models: list[str], chips: list[str], precisions: list
     problem first."""
     rows = []
     for m in models:
-        per_chip = [{"chip": c, "badges": [{"precision": p, **{k: cells[(p, c, m)][k] for k in
-                                                               ("status", "symbol", "text")}}
-                                           for p in precisions if (p, c, m) in cells]} for c in chips]
+        per_chip: list[dict[str, Any]] = [
+            {"chip": c, "badges": [{"precision": p, **{k: cells[(p, c, m)][k] for k in ("status", "symbol", "text")}}
+                                   for p in precisions if (p, c, m) in cells]} for c in chips]
         statuses = [b["status"] for pc in per_chip for b in pc["badges"]]
         rank = min((ATTENTION.index(s) for s in statuses if s in ATTENTION), default=len(ATTENTION))
         rows.append({"model": m, "slug": _slug("model", m), "chips": per_chip, "rank": rank,
@@ -251,8 +254,8 @@ def _chip_charts(cells: dict, pages: list[dict], models: list[str], precisions: 
         ratios: dict[str, list[float]] = {}
         for m in models:
             for prec in precisions:
-                got = {p["name"]: value(cells[(prec, p["name"], m)]) for p in pages if (prec, p["name"], m) in cells}
-                got = {c: v for c, v in got.items() if v}
+                got: dict[str, float] = {p["name"]: v for p in pages if (prec, p["name"], m) in cells
+                                         and (v := value(cells[(prec, p["name"], m)]))}
                 if len(got) < 2:
                     continue
                 mid = statistics.median(got.values())
@@ -334,7 +337,9 @@ def read_metadata(archive: Path) -> Metadata:
         with tarfile.open(archive, "r:*") as tar:
             for m in tar:
                 if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/metadata.json"):
-                    return Metadata.model_validate(json.load(tar.extractfile(m)))
+                    member = tar.extractfile(m)
+                    if member is not None:
+                        return Metadata.model_validate(json.load(member))
     except (tarfile.TarError, OSError, ValueError) as e:
         if isinstance(e, pydantic.ValidationError):
             where, msg = first_error(e)

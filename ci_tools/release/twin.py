@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from ..sources.store import default_cache, sha256_file
 from ..util import cmd
 from ..util.files import write_json
 from ..util.text import clip
+
+if TYPE_CHECKING:
+    from ..matrix.schema import Stream
 
 TWIN_VERSION = 2  # in the measurement's cache key: a change here measures again
 
@@ -45,7 +49,7 @@ class TwinInputs:
     note: str  # what they are, in words
     argmax: dict[str, float] | None = None
     steps: list[int] | None = None  # a stateful graph: the steps of each stream (each side carries its own state)
-    stream: object | None = None  # its samples.stream (carry, decisions, ranges): how the stream is judged
+    stream: Stream | None = None  # its samples.stream (carry, decisions, ranges): how the stream is judged
 
 
 def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, precision: str = "fp16",
@@ -76,7 +80,8 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, pre
     if cached.is_file():
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
-        np.savez(Path(tmp) / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
+        arrays: dict[str, Any] = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
+        np.savez(Path(tmp) / "feeds.npz", **arrays)
         write_json(Path(tmp) / "spec.json", {"count": len(feeds), "streams": inputs.steps,
                                              "carry": inputs.stream.carry if inputs.stream is not None else {}})
         r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(soc.soc_model),
@@ -84,16 +89,16 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, pre
                      str(Path(tmp) / "outputs.npz"), *([str(reference)] if reference else [])],
                     capture_output=True, text=True, timeout=3600)
         lines = r.stdout.strip().splitlines()
-        outputs = None
+        answers: dict[str, np.ndarray] = {}
         if r.returncode == 0 and lines:
             with np.load(Path(tmp) / "outputs.npz", allow_pickle=False) as z:
-                outputs = {k: z[k] for k in z.files}
+                answers = {k: z[k] for k in z.files}
     if r.returncode != 0 or not lines:
         raise PackageError(f"{graph.parent.name}: the twin could not be run through the QNN EP: "
                            f"{clip(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output', 300)}",
                            hint="run `qnn-release build` again; the prepared graph must compile for its chip")
     run = json.loads(lines[-1])
-    ref, got = ([[outputs[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
+    ref, got = ([[answers[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
                 for side in ("cpu", "htp"))
     verdict = _judge(graph.parent.name, names, ref, got, inputs, model, precision)
     out = {**run, **verdict, "soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch,

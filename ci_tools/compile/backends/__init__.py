@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from ...catalog.socs import Soc
 from ...errors import UsageError
 from ...matrix.schema import Options
 from ...prepare.graph import Prepared
+
+if TYPE_CHECKING:
+    from ..doctor import Diagnosis
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +75,7 @@ class Backend(Protocol):
         """The sha256 of the SDK archive the toolchain came from, when the route knows it (target records)."""
         return None
 
-    def doctor(self, prepared: Prepared, soc: Soc, quantized: Path | None = None):
+    def doctor(self, prepared: Prepared, soc: Soc, quantized: Path | None = None) -> Diagnosis | None:
         """A trial compile (CPU fallback allowed) naming every node HTP rejects: a ``Diagnosis``; None when
         the route has no trial (the per-chip compiles report what they fail on)."""
         return None

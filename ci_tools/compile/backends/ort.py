@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +20,11 @@ from ...prepare.quantize import quantize_graph
 from .. import qnn_ep
 from ..doctor import diagnose
 from . import Backend, CompileJob, CompileResult
+
+if TYPE_CHECKING:
+    from ...catalog.socs import Soc
+    from ...prepare.graph import Prepared
+    from ..doctor import Diagnosis
 
 
 class OrtBackend(Backend):
@@ -29,12 +36,13 @@ class OrtBackend(Backend):
     def sdk_version(self) -> str:
         return f"{qnn_ep.qnn_version()} (onnxruntime-qnn {qnn_ep.ep_package_version()})"
 
-    def precompile(self, prepared, precision, calibration, calibration_hash, per_channel=True):
+    def precompile(self, prepared: Prepared, precision: str, calibration: list[dict[str, np.ndarray]] | None,
+                   calibration_hash: str | None, per_channel: bool = True) -> Path | None:
         if precision == "fp16":
             return None  # the EP converts float graphs to fp16 itself
         return quantize_graph(prepared.path, precision, calibration or [], per_channel=per_channel)
 
-    def doctor(self, prepared, soc, quantized: Path | None = None):
+    def doctor(self, prepared: Prepared, soc: Soc, quantized: Path | None = None) -> Diagnosis | None:
         """The nodes HTP rejects on ``soc``: in ``prepared`` compiled as fp16, or in the ``quantized`` (QDQ) graph
         of a w8a16/int8 precision (HTP's op support differs between float and quantized graphs). A trial
         compile, its verdict kept beside the graph it tried."""
@@ -95,8 +103,10 @@ class OrtBackend(Backend):
         return CompileResult(context_onnx=ctx, binaries=[binary], sdk_version=sdk, seconds=seconds,
                              logs=[log] if log.is_file() else [])
 
-    def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]):
-        outs, seconds = [], []
+    def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]
+            ) -> tuple[list[list[np.ndarray]], float] | None:
+        outs: list[list[np.ndarray]] = []
+        seconds: list[float] = []
         with self.stepper(job, result) as step:
             for f in feeds:
                 t = time.monotonic()
@@ -105,7 +115,7 @@ class OrtBackend(Backend):
         return outs, float(np.median(seconds))
 
     @contextlib.contextmanager
-    def stepper(self, job: CompileJob, result: CompileResult):
+    def stepper(self, job: CompileJob, result: CompileResult) -> Iterator[Callable[[dict], list[np.ndarray]]]:
         """One emulator session for many runs (a stream's steps): yields ``step(feed) -> outputs``."""
         ort, _ = qnn_ep._ort()
         so = qnn_ep.session_options(allow_cpu_fallback=False, options=self._options(job, for_run=True))
@@ -122,7 +132,7 @@ class OrtBackend(Backend):
             except Exception as e:
                 raise failed(e) from None
 
-            def step(feed):
+            def step(feed: dict) -> list[np.ndarray]:
                 try:
                     return sess.run(names, feed)
                 except Exception as e:

@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -74,7 +74,7 @@ def qnn_name(name: str) -> str:
     return name if name[:1].isalpha() else "_" + name
 
 
-def camel_keys(obj):
+def camel_keys(obj: Any) -> Any:
     """Keys with spaces ("soc model") as camelCase: some SDK builds print them so (qairt-dev works around
     AISW-123397 the same way in cache_module.py)."""
     if isinstance(obj, dict):
@@ -348,7 +348,8 @@ class QairtBackend(Backend):
                                      "qnn_release.sdk_version": self.sdk_version()})
         return stub
 
-    def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]):
+    def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]
+            ) -> tuple[list[list[np.ndarray]], float] | None:
         """qnn-net-run with the x86-64 HTP backend (the HTP simulator) on the context binary; inputs
         written in the binary's dtype and layout, outputs (float32) read back into the ONNX layout."""
         tool = self.root / BIN / "qnn-net-run"
@@ -398,7 +399,7 @@ def tensor_io(info: dict, prepared: Prepared, net_json: Path, target: str) -> tu
     except (OSError, ValueError, KeyError):
         net = {}
 
-    def side(onnx_tensors, qnn_tensors, what):
+    def side(onnx_tensors: list, qnn_tensors: list, what: str) -> list[TensorIO]:
         by_name = {t["info"]["name"]: t["info"] for t in qnn_tensors}
         out = []
         for t in onnx_tensors:
@@ -495,7 +496,7 @@ def _elem() -> dict:
         TensorProto.UINT64: "uint64", TensorProto.BOOL: "bool"}.items()}
 
 
-def _stub_outer(t: TensorIO):
+def _stub_outer(t: TensorIO) -> Any:
     """The stub's outer name and value for a binary's tensor: float where the binary takes a quantized or fp16
     tensor, in ONNX's layout where the binary's differs."""
     from onnx import TensorProto, helper
@@ -513,7 +514,7 @@ def _scale_and_zero_point(t: TensorIO) -> list:
             numpy_helper.from_array(np.array(-cast(int, t.offset), dtype=t.np_dtype), f"{t.qnn}_zp")]
 
 
-def _stub_input(t: TensorIO):
+def _stub_input(t: TensorIO) -> Any:
     """(outer name, outer value, nodes from it to the binary's input, initializers)."""
     from onnx import TensorProto, helper
 
@@ -534,7 +535,7 @@ def _stub_input(t: TensorIO):
     return outer, value, nodes, inits
 
 
-def _stub_output(t: TensorIO):
+def _stub_output(t: TensorIO) -> Any:
     """(outer name, outer value, nodes from the binary's output to it, initializers)."""
     from onnx import TensorProto, helper
 

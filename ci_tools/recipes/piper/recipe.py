@@ -4,9 +4,20 @@ chip's graphs say: against CPU window by window, and as heard by a listener)."""
 
 from __future__ import annotations
 
-from .. import ArchiveExtras, ArchivePart, ChipCheck, Recipe, TwinExtras, TwinPart
-from .check import CHECK_VERSION
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe, TwinExtras, TwinPart
+from .check import CHECK_VERSION, speech_of
 from .results import SpeechNumbers, SpeechVerify, VoiceFigures
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+
+    from ...compile.records import BuildReport, TargetRecord
+    from ...matrix.schema import LoadedMatrix, Model
 
 
 class PiperRecipe(Recipe):
@@ -19,14 +30,14 @@ class PiperRecipe(Recipe):
     inputs_note = "the model's sentences (speech verification: waveform against CPU and a listener's round trip)"
     graph_samples = False  # the archive ships a sentence and what these binaries said
 
-    def check_inputs(self, loaded, model, export=None) -> None:
+    def check_inputs(self, loaded: LoadedMatrix, model: Model, export: Path | None = None) -> None:
         """The sentences, each one the voice can say (its phonemes, its words' lengths), and the listener, before
         any chip compiles."""
         from ...errors import ConfigError
         from .export import sentences_of
         from .runtime import VoiceInputError, read_voice, text_to_ids
 
-        path = (loaded.root / model.verify.sentences).resolve()
+        path = (loaded.root / speech_of(model).sentences).resolve()
         sentences = sentences_of(path)
         if export is None:
             return
@@ -36,28 +47,28 @@ class PiperRecipe(Recipe):
                 text_to_ids(text, voice)
         except VoiceInputError as e:
             raise ConfigError(f"{model.name}: verify.sentences: {path.name}: {e}") from None
-        listener = export / model.verify.listener
+        listener = export / speech_of(model).listener
         if not (listener / "whisper.json").is_file():
-            raise ConfigError(f"{model.name}: verify.listener: the export has no {model.verify.listener}/ with a "
+            raise ConfigError(f"{model.name}: verify.listener: the export has no {speech_of(model).listener}/ with a "
                               "speech recognizer's graphs", hint="export one with `--listener WHISPER_FOLDER`")
 
-    def inputs_digest(self, loaded, model) -> str | None:
+    def inputs_digest(self, loaded: LoadedMatrix, model: Model) -> str | None:
         import hashlib
 
-        return hashlib.sha256((loaded.root / model.verify.sentences).resolve().read_bytes()).hexdigest()
+        return hashlib.sha256((loaded.root / speech_of(model).sentences).resolve().read_bytes()).hexdigest()
 
-    def check_chips(self, check: ChipCheck):
+    def check_chips(self, check: ChipCheck) -> list[TargetRecord]:
         from .check import check_speech
 
         return check_speech(check)
 
-    def verification(self, model, record) -> dict | None:
+    def verification(self, model: Model, record: TargetRecord) -> dict | None:
         if not record.recipe:
             return None
         from ...compile.records import verdict
 
         s = record.recipe
-        return {"inputs": "real", "verdict": verdict(record), "source": model.verify.sentences,
+        return {"inputs": "real", "verdict": verdict(record), "source": speech_of(model).sentences,
                 "samples": len(s["sentences"]), "passed_by": None,
                 "description": (f"sentences spoken on the emulator: every decoder window against CPU (worst "
                                 f"{s['worst_chunk_snr_db']} dB), heard by Whisper base (WER {s['wer_vs_cpu']} "
@@ -70,11 +81,13 @@ class PiperRecipe(Recipe):
         return ArchiveExtras(members=members, result=speech,
                              readme=readme_context(part.stem, members, part.binaries))
 
-    def calibration(self, loaded, model, graph: str, export):
+    def calibration(self, loaded: LoadedMatrix, model: Model, graph: str, export: Path
+                    ) -> list[dict[str, np.ndarray]] | None:
         """A quantized graph calibrates on the model's sentences as CPU says them."""
         return _feeds(loaded, model, graph, export)[1]
 
-    def device_feeds(self, loaded, report, model, graph: str, cache):
+    def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
+                     ) -> DeviceFeeds | None:
         """The graph's inputs as CPU says the model's sentences: the encoder's ids, the decoder's windows."""
         if model.name not in report.exports:
             return None
@@ -86,7 +99,7 @@ class PiperRecipe(Recipe):
         return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds, real=True,
                            note=f"{sentences} sentences of the model ({graph} inputs as CPU says them)")
 
-    def device_summary(self, runs, result):
+    def device_summary(self, runs: dict[str, Any], result: dict[str, Any]) -> dict[str, Any] | None:
         """Real-time factor and time to first audio from the encoder run and decoder window on the device and
         the runs the chip build took on its sentences."""
         if not {"encoder", "decoder"} <= runs.keys():
@@ -101,7 +114,7 @@ class PiperRecipe(Recipe):
                 "time_to_first_audio_ms": round(enc + dec, 3), "sentences": len(said),
                 "audio_seconds": round(audio, 3), "encoder_runs": n_enc, "decoder_windows": n_dec}
 
-    def page_rows(self, result):
+    def page_rows(self, result: dict[str, Any]) -> list[tuple[str, str]]:
         s = SpeechNumbers.model_validate(result)
         return [("speech", f"{len(s.sentences)} sentences: every decoder window at {s.worst_chunk_snr_db:.1f} dB SNR "
                            f"or more against CPU (bound {s.min_snr_db:.0f} dB); heard by the listener: WER vs CPU's "
@@ -110,11 +123,11 @@ class PiperRecipe(Recipe):
                              f"{s.emulator_real_time_factor:.1f}, first audio after "
                              f"{s.emulator_first_audio_seconds:.1f} s (x86-64 HTP emulator, not a device)")]
 
-    def device_text(self, figures):
+    def device_text(self, figures: dict[str, Any]) -> str:
         return (f"real-time factor {figures['real_time_factor']:.3f}, first audio "
                 f"{figures['time_to_first_audio_ms']:.1f} ms")
 
-    def measures(self, result):
+    def measures(self, result: dict[str, Any]) -> dict[str, float]:
         out = {name: float(result[key]) for key, name in (("wer", "wer"), ("worst_chunk_snr_db", "voice_snr_db"))
                if isinstance(result.get(key), (int, float))}
         return out
@@ -124,13 +137,13 @@ class PiperRecipe(Recipe):
 
         return twin_extras(part)
 
-    def register_cli(self, sub) -> None:
+    def register_cli(self, sub: argparse._SubParsersAction) -> None:
         from . import cli
 
         cli.register(sub)
 
 
-def _feeds(loaded, model, graph: str, export) -> tuple[int, list[dict]]:
+def _feeds(loaded: LoadedMatrix, model: Model, graph: str, export: Path) -> tuple[int, list[dict]]:
     """(sentences, the graph's inputs as CPU says them): ids for the encoder, latent windows for the decoder."""
     import numpy as np
 
@@ -140,11 +153,11 @@ def _feeds(loaded, model, graph: str, export) -> tuple[int, list[dict]]:
     voice = Voice(export, device="cpu")
     feeds: list[dict] = []
 
-    def keep(kind, feed, _outputs):
+    def keep(kind: str, feed: dict, _outputs: object) -> None:
         if kind == graph:  # the prepared graph takes int32 where the export takes int64
             feeds.append({k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feed.items()})
 
-    sentences = sentences_of((loaded.root / model.verify.sentences).resolve())
+    sentences = sentences_of((loaded.root / speech_of(model).sentences).resolve())
     for text in sentences:
         voice.speak(text, observe=keep)
     return len(sentences), feeds

@@ -4,11 +4,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe, TwinExtras, TwinPart
-from .check import CHECK_VERSION
+from .check import CHECK_VERSION, transcript_of
 from .results import TranscriptFigures, TranscriptNumbers, TranscriptVerify
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+
+    from ...compile.records import BuildReport, TargetRecord
+    from ...matrix.schema import LoadedMatrix, Model
 
 PROMPT_STEPS = 4  # the multilingual prompt: <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
 
@@ -23,44 +31,46 @@ class WhisperRecipe(Recipe):
     inputs_note = "the model's clips (transcript verification)"
     graph_samples = False  # the archive ships a clip and what the chip transcribed from it
 
-    def check_inputs(self, loaded, model, export=None) -> None:
+    def check_inputs(self, loaded: LoadedMatrix, model: Model, export: Path | None = None) -> None:
         from .check import load_clips
 
-        load_clips(loaded.root, model.verify.clips)
+        load_clips(loaded.root, transcript_of(model).clips)
 
-    def inputs_digest(self, loaded, model) -> str | None:
+    def inputs_digest(self, loaded: LoadedMatrix, model: Model) -> str | None:
         """The clips by content (each clip's sha256 and text); the recordings are pinned in the matrix."""
         import hashlib
         import json
 
         from .check import load_clips
 
-        clips = [[c.name, c.sha256, c.text] for c in load_clips(loaded.root, model.verify.clips)]
+        clips = [[c.name, c.sha256, c.text] for c in load_clips(loaded.root, transcript_of(model).clips)]
         return hashlib.sha256(json.dumps(clips).encode()).hexdigest()
 
-    def calibration(self, loaded, model, graph: str, export: Path):
+    def calibration(self, loaded: LoadedMatrix, model: Model, graph: str, export: Path
+                    ) -> list[dict[str, np.ndarray]] | None:
         """A speech model calibrates on its clips, decoded on CPU: the encoder on their features, the decoder
         on every prompt step and text steps spread over them."""
         from .check import calibration, load_clips
 
-        return calibration(export, load_clips(loaded.root, model.verify.clips), graph, model.calibration.samples,
-                           model.verify.language, model.verify.max_tokens)
+        settings = transcript_of(model)
+        return calibration(export, load_clips(loaded.root, settings.clips), graph, model.calibration.samples,
+                           settings.language, settings.max_tokens)
 
-    def check_chips(self, check: ChipCheck):
+    def check_chips(self, check: ChipCheck) -> list[TargetRecord]:
         from .check import check_transcripts
 
         return check_transcripts(check)
 
-    def verification(self, model, record) -> dict | None:
+    def verification(self, model: Model, record: TargetRecord) -> dict | None:
         """Verified by what the chip's graphs transcribe from the model's clips (or its recordings)."""
         if not record.recipe:
             return None
         from ...compile.records import REAL, verdict
 
         v = verdict(record)
-        rec = model.verify.recordings
+        rec = transcript_of(model).recordings
         return {"inputs": "real" if v == REAL else "generated", "verdict": v,
-                "source": rec.description if rec else model.verify.clips,
+                "source": rec.description if rec else transcript_of(model).clips,
                 "samples": len(record.recipe["clips"]), "passed_by": None,
                 "description": ("recorded speech (transcript against CPU and the references)" if rec
                                 else "espeak-ng speech clips (transcript against CPU)")}
@@ -72,7 +82,8 @@ class WhisperRecipe(Recipe):
         return ArchiveExtras(members=members, result=transcript,
                              readme=readme_context(part.stem, members, part.binaries))
 
-    def device_feeds(self, loaded, report, model, graph: str, cache: Path) -> DeviceFeeds | None:
+    def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
+                     ) -> DeviceFeeds | None:
         """The encoder on each recording's mel features, the decoder on the steps CPU decodes them with
         (every prompt step, text steps spread over them)."""
         if model.name not in report.exports:
@@ -81,7 +92,7 @@ class WhisperRecipe(Recipe):
 
         clips, recorded = verify_clips(loaded, model, cache)
         feeds = calibration(Path(report.exports[model.name]), clips, graph, model.calibration.samples,
-                            model.verify.language, model.verify.max_tokens)
+                            transcript_of(model).language, transcript_of(model).max_tokens)
         what = "recordings" if recorded else "synthetic clips"
         return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds,
                            note=f"{len(clips)} {what} of the model ({graph} inputs as CPU decodes them)", real=recorded)
@@ -120,7 +131,7 @@ class WhisperRecipe(Recipe):
 
         return twin_extras(part)
 
-    def register_cli(self, sub) -> None:
+    def register_cli(self, sub: argparse._SubParsersAction) -> None:
         from . import cli
 
         cli.register(sub)
