@@ -51,7 +51,7 @@ def _build(matrix: Path, out: Path, socs: list[str], jobs: int, env: dict) -> tu
     report = json.loads((out / "build-report.json").read_text())
     chips = {}
     for t in report["targets"]:
-        tr = t.get("transcript")
+        tr = t.get("recipe")
         if t["graph"] != "encoder" or not tr:
             continue
         chips[f"{t['soc']} {t['precision']}"] = {

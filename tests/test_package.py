@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -358,3 +359,67 @@ def test_the_archive_readmes_python_runs_as_written_on_its_own_sample(built, tmp
         assert r.returncode == 0, r.stdout + r.stderr
         errors = [float(x) for x in re.findall(r"max abs error vs CPU (\S+)", r.stdout)]
         assert errors and max(errors) < (0.01 if "fp16" in name else 0.1), r.stdout
+
+
+COUNTING_PACKAGE = """
+import json, sys
+from pathlib import Path
+
+import onnxruntime
+
+from ci_tools.util import cmd
+
+seen = {"sessions": 0, "subprocesses": []}
+session_init, run = onnxruntime.InferenceSession.__init__, cmd.run
+
+
+def counted_session(self, *a, **k):
+    seen["sessions"] += 1
+    return session_init(self, *a, **k)
+
+
+def counted_run(argv, *a, **k):
+    seen["subprocesses"].append([str(x) for x in argv[:3]])
+    return run(argv, *a, **k)
+
+
+onnxruntime.InferenceSession.__init__, cmd.run = counted_session, counted_run
+from ci_tools.release.package import PackageSettings, package
+
+package(Path(sys.argv[1]), PackageSettings(matrix=Path(sys.argv[2])))
+print(json.dumps(seen))
+"""
+
+
+def test_package_copies_what_the_build_kept_and_computes_nothing(built, tmp_path):
+    """Data flows forward (#45): with the prepare cache and the sources gone, package runs no model on CPU, starts
+    no process per archive, and every archive's sample/ is an input the HTP emulator ran with CPU's answer for it,
+    as the build kept them."""
+    import numpy as np
+
+    from ci_tools.compile.ran import read_ran
+
+    assert _package(built).returncode == 0  # the twins measured once, into the build's cache
+    fresh = tmp_path / "cache"  # no sources, no prepared graphs: only the twins' measurements carried over
+    shutil.copytree(Path(built["env"]["QNN_RELEASE_CACHE"]) / "twins", fresh / "twins")
+    out = tmp_path / "dist"
+    shutil.copytree(built["out"], out, ignore=shutil.ignore_patterns("release"))
+    env = {**built["env"], "QNN_RELEASE_CACHE": str(fresh)}
+    r = subprocess.run([sys.executable, "-c", COUNTING_PACKAGE, str(out), str(built["matrix"])],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["sessions"] == 0, seen  # no ONNX Runtime session: nothing run on CPU
+    assert all(argv[0] == "git" for argv in seen["subprocesses"]) and len(seen["subprocesses"]) <= 2, seen
+    manifest = json.loads((out / "release" / "manifest.json").read_text())
+    archives = [a["name"] for a in manifest["assets"] if a["kind"] == "model"]
+    assert len(archives) == 5
+    with tarfile.open(out / "release" / next(a for a in archives if a.startswith("alpha-sm8750-fp16"))) as tar:
+        sample = {Path(m.name).relative_to(Path(m.name).parts[0]).as_posix(): np.load(tar.extractfile(m))
+                  for m in tar.getmembers() if "/sample/" in m.name}
+    ran = read_ran(out / "alpha.main.sm8750.fp16")
+    assert ran is not None and ran.emulator is True, "the verification's inputs, run on the HTP emulator"
+    (name,) = ran.feeds[0]
+    assert np.array_equal(sample[f"sample/main/inputs/{name}.npy"], ran.feeds[0][name])
+    (out_name,) = ran.output_names
+    assert np.array_equal(sample[f"sample/main/outputs/{out_name}.npy"], ran.outputs[0][0])

@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..compile.ran import RAN_VERSION
 from ..compile.records import CACHED, OK, TargetRecord, read_target
 from ..compile.target_job import COMPILE_VERSION, copy_atomic, put_in_store
 from ..compile.verify import JUDGE_VERSION
@@ -38,7 +39,8 @@ def target_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str
                verify: str | None = None) -> str:
     """``verify``: a digest of what the target is verified on (its real samples, or how its inputs are
     generated): new samples re-verify it, never "cached" on the old inputs."""
-    return _digest({**_compile_spec(t, prepared, backend, sdk, calib), "verify": verify, "judge": JUDGE_VERSION})
+    return _digest({**_compile_spec(t, prepared, backend, sdk, calib), "verify": verify, "judge": JUDGE_VERSION,
+                    "ran": RAN_VERSION})
 
 
 def compile_key(t: Target, prepared: Prepared, backend: str, sdk: str, calib: str | None) -> str:

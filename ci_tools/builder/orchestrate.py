@@ -21,6 +21,7 @@ from .. import __version__
 from ..catalog import routes
 from ..compile.backends import Backend, get_backend
 from ..compile.records import FAILED, OK, PRECOMPILE_REPORT, REPORT, BuildReport, TargetRecord, write_precompile_report
+from ..compile.settings import BuildSettings
 from ..compile.target_job import TargetSpec, forget
 from ..errors import PrepareError, QnnReleaseError, SourceError
 from ..matrix.plan import Refusal, Target, make_plan
@@ -34,33 +35,11 @@ from ..util.text import clip
 from .exports import model_sources
 from .gates import fp16_range_gate, trial_compile, unused_samples
 from .inputs import calibration, check_samples, generated, sample_set
+from .kept import keep
 from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
 from .workers import run_all
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildSettings:
-    """How a build runs (``qnn-release build``'s flags); it travels whole, never spread over parameters.
-
-    ``precompile_only``: fetch, prepare and run the chip-independent work (quantize / convert /
-    model libraries) for every graph and precision, compile nothing: what a release's precompile
-    job does once, for the chip jobs to consume. ``from_store``: every target must already be
-    built (in ``out`` or the target store); a missing one fails the build naming it, nothing is
-    compiled (the publish job of a release).
-    """
-
-    out: Path
-    backend: str = "ort"
-    jobs: int = 1
-    force: bool = False
-    cache: Path | None = None  # None: ``default_cache()``
-    precompile_only: bool = False
-    from_store: bool = False
-    # every target in a worker process, -j 1 too (the CLI): an interrupt stops an emulator run within seconds;
-    # the Python API runs -j 1 in its own process
-    isolate: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,13 +70,9 @@ def build(loaded: LoadedMatrix, settings: BuildSettings, pick: TargetFilter | No
     out.mkdir(parents=True, exist_ok=True)
     with _exclusive(out):
         _remove_temporaries(out)
-        run = _Run(loaded=loaded, route=route, backend=settings.backend, sdk=route.sdk_version(),
-                   cache=settings.cache or default_cache(), out=out, force=settings.force,
-                   progress=progress or Progress(len(targets)), precompile_only=settings.precompile_only,
-                   from_store=settings.from_store, started=started, when=when, isolate=settings.isolate)
-        report = _build(run, targets, planned.refused, settings.jobs)
-        report.refused = [r.as_dict() for r in planned.refused]  # the precompile report's too
-        return report
+        run = _Run(loaded=loaded, settings=settings, route=route, sdk=route.sdk_version(),
+                   progress=progress or Progress(len(targets)), started=started, when=when)
+        return _build(run, targets, planned.refused)
 
 
 @contextlib.contextmanager
@@ -121,7 +96,8 @@ def _remove_temporaries(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _build(run: _Run, targets: list[Target], refused: list[Refusal], jobs: int) -> BuildReport:
+def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildReport:
+    jobs = run.settings.jobs
     loaded, out, started, when = run.loaded, run.out, run.started, run.when
     by_model: dict[str, list[Target]] = {}
     for t in targets:
@@ -137,9 +113,9 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal], jobs: int) 
                            hint="their chip jobs failed or their artifacts were not downloaded: re-run the failed "
                                 "jobs (--from-store never compiles)")
     if run.precompile_only:
-        return _precompile_report(run, started, when)
+        return _precompile_report(run, started, when, refused)
     interrupted = run.compile_all(jobs)
-    recipe_checks(run, jobs, interrupted)
+    recipe_checks(run, interrupted)
     ordered = [run.records[t.id] for t in targets if t.id in run.records]
     for r in ordered:  # a target that failed now never looks built from an earlier success
         if r.status == FAILED:
@@ -157,6 +133,7 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal], jobs: int) 
         "jobs": jobs,
     }
     report.work = work_ratio(ordered)
+    keep(out, run.prepared, run.licences)  # what package copies: the prepared graphs, the licence files
     report.write()
     if interrupted:
         raise KeyboardInterrupt
@@ -172,21 +149,27 @@ class _Inputs:
     calibration_hash: str | None
 
 
+@dataclass
+class _ModelWalk:
+    """What the build knows of the model it is walking, per (graph, precision): made anew for each model."""
+
+    inputs: dict[tuple[str, str], _Inputs] = field(default_factory=dict)
+    range_errors: dict[str, QnnReleaseError | None] = field(default_factory=dict)  # fp16 refused: out of its range
+    precompiled: dict[tuple[str, str], Path | None] = field(default_factory=dict)
+    unconverted: dict[tuple[str, str], QnnReleaseError] = field(default_factory=dict)  # whose precompile failed
+    quant_trials: dict[tuple[str, str], QnnReleaseError | None] = field(default_factory=dict)  # a quantized trial
+
+
 @dataclass(kw_only=True)
 class _Run:
     """One build's walk over the matrix: per model its sources and prepared graphs, the checks before any
     chip, then per target a cached record or the job (``TargetSpec``) that compiles and verifies it."""
 
     loaded: LoadedMatrix
+    settings: BuildSettings  # as the build was asked for, whole
     route: Backend
-    backend: str
     sdk: str
-    cache: Path
-    out: Path
-    force: bool
     progress: Progress
-    precompile_only: bool
-    from_store: bool
     started: float  # time.monotonic() when the build began
     when: str  # and the UTC time it began at
     records: dict[str, TargetRecord] = field(default_factory=dict)
@@ -196,19 +179,23 @@ class _Run:
     prepared: list[Prepared] = field(default_factory=list)
     exports: dict[str, Path] = field(default_factory=dict)  # models with a recipe: their export folder
     recipe_digests: dict[str, str] = field(default_factory=dict)  # ... and what their recipe's verdict rests on
+    licences: dict[str, Path] = field(default_factory=dict)  # models with a license_file: that source file
     prepare_seconds: float = 0.0
     precompile_seconds: float = 0.0
-    isolate: bool = False
+    walk: _ModelWalk = field(default_factory=lambda: _ModelWalk())  # the model being walked
 
     def __post_init__(self) -> None:
+        self.cache = self.settings.cache or default_cache()
         self.work = self.cache / "work"
         self.store = SourceStore(self.cache, self.loaded.root)
-        # per (graph, precision) of the model being walked; reset per model
-        self.inputs: dict[tuple[str, str], _Inputs] = {}
-        self.range_errors: dict[str, QnnReleaseError | None] = {}  # fp16 refused: values leave fp16's range
-        self.precompiled: dict[tuple[str, str], Path | None] = {}
-        self.unconverted: dict[tuple[str, str], QnnReleaseError] = {}  # whose precompile failed
-        self.quant_trials: dict[tuple[str, str], QnnReleaseError | None] = {}  # a quantized precision's own trial
+
+    # what the settings say, read where they are (never copied)
+    out = property(lambda self: self.settings.out)
+    backend = property(lambda self: self.settings.backend)
+    force = property(lambda self: self.settings.force)
+    precompile_only = property(lambda self: self.settings.precompile_only)
+    from_store = property(lambda self: self.settings.from_store)
+    isolate = property(lambda self: self.settings.isolate)
 
     def fail(self, targets: list[Target], e: QnnReleaseError) -> None:
         for t in targets:
@@ -224,6 +211,8 @@ class _Run:
         t0 = time.monotonic()
         try:
             src, src_digest = model_sources(self.store, m, self.work)
+            if m.license_file:  # the source's own file, under its name where the sources are laid out
+                self.licences[m.name] = self.work / "src" / m.name / m.license_file
             recipe = recipe_for(m)
             if recipe is not None:  # its own inputs refused before any compile; its export kept for later stages
                 recipe.check_inputs(self.loaded, m, src.resolve())
@@ -242,10 +231,10 @@ class _Run:
         if unused is not None:
             self.fail(model_targets, unused)
             return
-        self.inputs, self.range_errors, self.precompiled, self.unconverted, self.quant_trials = {}, {}, {}, {}, {}
+        self.walk = _ModelWalk()
         sample_sets: dict[str, SampleSet | None] = {}
         for t in model_targets:
-            if self.precompile_only and (t.graph, t.precision) in self.precompiled:
+            if self.precompile_only and (t.graph, t.precision) in self.walk.precompiled:
                 continue
             try:
                 spec = self._target(m, t, preps[t.graph], src, model_targets, sample_sets)
@@ -291,23 +280,23 @@ class _Run:
                 sample_sets: dict[str, SampleSet | None]) -> TargetSpec | None:
         """The job for one target, or None when it is cached, missing from the store or only precompiled."""
         gp = (t.graph, t.precision)
-        if gp in self.unconverted:  # once per graph and precision, not once per chip
-            raise self.unconverted[gp]
+        if gp in self.walk.unconverted:  # once per graph and precision, not once per chip
+            raise self.walk.unconverted[gp]
         if t.graph not in sample_sets:
             ss = sample_set(self.store, self.loaded, m, prep)
             fp16 = any(x.precision == "fp16" for x in model_targets if x.graph == t.graph)
-            self.range_errors[t.graph] = fp16_range_gate(m, prep, ss) if ss is not None and fp16 else None
+            self.walk.range_errors[t.graph] = fp16_range_gate(m, prep, ss) if ss is not None and fp16 else None
             sample_sets[t.graph] = ss
         ss = sample_sets[t.graph]
-        range_error = self.range_errors[t.graph]
+        range_error = self.walk.range_errors[t.graph]
         if t.precision == "fp16" and range_error is not None:
             raise range_error
-        if gp not in self.inputs:
+        if gp not in self.walk.inputs:
             samples = None
             if t.precision != "fp16":
                 samples = calibration(self.loaded, m, prep, src, t.precision, ss) or generated(m, prep)
-            self.inputs[gp] = _Inputs(ss, samples, calibration_hash(samples) if samples is not None else None)
-        inputs = self.inputs[gp]
+            self.walk.inputs[gp] = _Inputs(ss, samples, calibration_hash(samples) if samples is not None else None)
+        inputs = self.walk.inputs[gp]
         key = target_key(t, prep, self.backend, self.sdk, inputs.calibration_hash,
                          verify_digest(m, prep, ss, self.recipe_digests.get(m.name)))
         recipe = recipe_for(m)
@@ -320,7 +309,7 @@ class _Run:
             self.records[t.id] = hit
             self.progress.finished(hit)
             return None
-        if gp not in self.precompiled and not self._precompile(m, t, prep, inputs):
+        if gp not in self.walk.precompiled and not self._precompile(m, t, prep, inputs):
             return None
         self._quantized_trial(t, prep, model_targets)
         return TargetSpec(
@@ -331,7 +320,7 @@ class _Run:
             seed=m.calibration.seed, sample_set=ss, calibration=inputs.calibration,
             calibration_hash=inputs.calibration_hash,
             weight_scales=weight_scales(m.calibration.per_channel) if inputs.calibration_hash else None,
-            precompiled=self.precompiled[gp], precompile_run=_precompile_run(self.precompiled[gp]),
+            precompiled=self.walk.precompiled[gp], precompile_run=_precompile_run(self.walk.precompiled[gp]),
             recipe_check=recipe.pending_note if recipe is not None else None,
             inputs_note=recipe.inputs_note if recipe is not None else None)
 
@@ -341,30 +330,32 @@ class _Run:
         gp = (t.graph, t.precision)
         t0 = time.monotonic()
         try:
-            self.precompiled[gp] = self.route.precompile(prep, t.precision, inputs.calibration, inputs.calibration_hash,
-                                                         per_channel=m.calibration.per_channel)
+            self.walk.precompiled[gp] = self.route.precompile(prep, t.precision, inputs.calibration,
+                                                              inputs.calibration_hash,
+                                                              per_channel=m.calibration.per_channel)
         except QnnReleaseError as e:
-            self.unconverted[gp] = e
+            self.walk.unconverted[gp] = e
             raise
         finally:
             self.precompile_seconds += time.monotonic() - t0
         if self.precompile_only:
             self.precompiled_log.append({"model": m.name, "graph": t.graph, "precision": t.precision,
-                                         "precompile_run": _precompile_run(self.precompiled[gp])})
+                                         "precompile_run": _precompile_run(self.walk.precompiled[gp])})
             return False
         return True
 
     def _quantized_trial(self, t: Target, prep: Prepared, model_targets: list[Target]) -> None:
         """A quantized precision's QDQ graph gets its own trial compile (HTP takes other ops quantized)."""
         gp = (t.graph, t.precision)
-        qdq = self.precompiled[gp]
-        if gp not in self.quant_trials and t.precision != "fp16" and isinstance(qdq, Path) and qdq.suffix == ".onnx":
+        qdq = self.walk.precompiled[gp]
+        quantized = t.precision != "fp16" and isinstance(qdq, Path) and qdq.suffix == ".onnx"
+        if gp not in self.walk.quant_trials and quantized:
             same = [x for x in model_targets if (x.graph, x.precision) == gp]
             try:
-                self.quant_trials[gp] = trial_compile(self.route, prep, same, self.out, self.cache, quantized=qdq)
+                self.walk.quant_trials[gp] = trial_compile(self.route, prep, same, self.out, self.cache, quantized=qdq)
             except Exception:  # a help: the per-chip compile reports what it fails on
-                self.quant_trials[gp] = None
-        trial = self.quant_trials.get(gp)
+                self.walk.quant_trials[gp] = None
+        trial = self.walk.quant_trials.get(gp)
         if trial is not None:
             raise trial
 
@@ -409,12 +400,12 @@ def work_ratio(records: list[TargetRecord]) -> dict:
             "converter_runs_per_graph": round(total / len(runs), 3) if runs else None}
 
 
-def _precompile_report(run: _Run, started: float, when: str) -> BuildReport:
+def _precompile_report(run: _Run, started: float, when: str, refused: list[Refusal]) -> BuildReport:
     failed = list(run.records.values())
     report = BuildReport(records=failed, prepared=run.prepared_dicts(), path=run.out / PRECOMPILE_REPORT,
                          backend=run.backend, sdk_version=run.sdk, seconds=round(time.monotonic() - started, 3),
                          toolkit=f"qnn-release {__version__}", matrix=str(run.loaded.path), started=when,
-                         work={"precompiled": run.precompiled_log})
+                         work={"precompiled": run.precompiled_log}, refused=[r.as_dict() for r in refused])
     write_precompile_report(report)
     return report
 

@@ -14,7 +14,7 @@ from ..compile.target_job import finalize
 from ..recipes import ChipCheck, recipe_for
 
 
-def recipe_checks(run, jobs: int, interrupted: bool) -> None:
+def recipe_checks(run, interrupted: bool) -> None:
     """Judge and write every recipe model's targets of ``run`` (its records replaced by the judged ones)."""
     for name, export in run.exports.items():
         model = run.loaded.matrix.model(name)
@@ -38,8 +38,7 @@ def recipe_checks(run, jobs: int, interrupted: bool) -> None:
         folders = {r.id: _files(run, r) for r in mine}
         if due:
             check = ChipCheck(loaded=run.loaded, model=model, export=export, groups=due, folders=folders,
-                              cache=run.cache, jobs=jobs, isolate=run.isolate, from_store=run.from_store,
-                              force=run.force, progress=run.progress)
+                              settings=run.settings, cache=run.cache, progress=run.progress)
             for r in recipe.check_chips(check):
                 run.records[r.id] = r
         # every target not judged before: as judged now, or as compiled when its chip's graphs are not all built

@@ -24,6 +24,7 @@ from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_in
 from ..sources.samples import SampleSet, run_stream
 from ..util.files import replace_dir, write_json
 from ..util.text import clip, step_done
+from .ran import SAMPLE_TRIES, Ran, no_expectation, write_ran
 from .records import CACHED, FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
 FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
@@ -182,6 +183,8 @@ def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> Tar
         inputs_note = spec.inputs_note or inputs_note
     else:
         verification, note = _verify(spec, backend, job, result, inputs_note), ""
+    if verification is None:  # nothing ran on an emulator: the archive's sample is a generated input
+        write_ran(tmp, _generated_sample(spec))
     return TargetRecord.make(**who, **_compiled(spec, backend, result, tmp), compile_reused=reused,
                              verify_inputs=inputs_note,
                              **_verified(spec, verification, note),
@@ -323,6 +326,8 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         except VerifyError as e:  # bisected on the worst step, fed the state CPU carried into it
             bisect_failure(spec, job, result, e, step_feeds, th)
             raise
+        write_ran(job.out_dir, Ran(names=list(step_feeds), feeds=list(step_feeds.values()),
+                                   outputs=[o for outs in reference for o in outs], output_names=names, emulator=True))
         return v, total
     if ss is not None:
         feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]
@@ -341,7 +346,24 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     except VerifyError as e:
         bisect_failure(spec, job, result, e, dict(zip(sample_names, feeds)), th)
         raise
+    write_ran(job.out_dir, Ran(names=sample_names, feeds=feeds, outputs=expected, output_names=names, emulator=True))
     return v, emu_seconds * len(feeds)
+
+
+def _generated_sample(spec: TargetSpec) -> Ran:
+    """A target no emulator ran: the first generated input whose expected outputs say something (CPU's answer for
+    it is what an app's smoke test compares with), for the archive's ``sample/``."""
+    names = [o.name for o in spec.prepared.outputs]
+    fault = None
+    for attempt in range(SAMPLE_TRIES):
+        feeds = generate_inputs(spec.prepared.inputs, count=1, seed=spec.seed + 7 + attempt,
+                                ranges=spec.prepared.input_ranges)
+        expected = run_cpu(spec.prepared.path, feeds)
+        fault = no_expectation(names, expected[0], spec.options.constant_outputs)
+        if fault is None:
+            break
+    return Ran(names=[f"generated sample (seed {spec.seed + 7 + attempt})"], feeds=feeds, outputs=expected,
+               output_names=names, emulator=False)
 
 
 STREAM_QUIET_SECONDS = 10  # a stream check shorter than this prints nothing of its own

@@ -1,9 +1,10 @@
-"""What a device runs a graph on, and what CPU says it should give: the same real samples the emulator
-verified the target on (the model's ``samples``, or its recipe's own inputs), else generated inputs.
+"""What a device runs a graph on, and what CPU says it should give: the inputs the emulator verified the target
+on and CPU's answers for them, as the build kept them in the target's folder (``compile/ran.py``: the model's real
+samples, else generated inputs), or its recipe's own inputs.
 
 A device job runs every input on its own, so a stateful graph (``samples.stream``) runs each step with the
-state ONNX Runtime on CPU carries into it, as calibration does; the judge is then per step. The reference
-is the prepared graph on CPU (ONNX Runtime, on this machine), the graph the binary was compiled from.
+state ONNX Runtime on CPU carried into it in the build; the judge is then per step. The reference is the prepared
+graph on CPU (ONNX Runtime), the graph the binary was compiled from: for a recipe's inputs it is run here.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..builder.inputs import generated, sample_set
-from ..compile.records import BuildReport
+from ..compile.ran import read_ran
+from ..compile.records import REAL, BuildReport
+from ..errors import PackageError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, cpu_session
 from ..recipes import recipe_for
-from ..sources.samples import run_stream
-from ..sources.store import SourceStore
 
 MAX_ENTRIES = 64  # inputs per graph: enough to judge, few enough for a device job's dataset
 MAX_BYTES = 256 << 20  # a speech decoder's step with its caches is ~50 MB: a handful of them
@@ -47,16 +47,20 @@ class DeviceInputs:
 def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path,
                   max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> DeviceInputs:
     """The inputs of one graph for a device run, with the CPU reference (at most ``max_entries`` and
-    ``max_bytes``, spread evenly over the samples so every recording is represented)."""
-    names, feeds, note, real = _feeds(loaded, report, m, prep, cache)
+    ``max_bytes``, spread evenly over the samples so every recording is represented). A graph verified on its own
+    takes what its verification ran (``ran.npz``, CPU's answers beside it: nothing is computed again); a recipe's
+    graph takes the recipe's inputs."""
+    names, feeds, reference, note, real = _feeds(loaded, report, m, prep, cache)
     per = max(1, sum(a.nbytes for a in feeds[0].values())) if feeds else 1
     keep = min(len(feeds), max_entries, max(1, max_bytes // per))
     if keep < len(feeds):
         pick = sorted(set(np.linspace(0, len(feeds) - 1, keep).round().astype(int).tolist()))
         names, feeds = [names[i] for i in pick], [feeds[i] for i in pick]
+        reference = [reference[i] for i in pick] if reference is not None else None
         note += f"; {len(pick)} of them, spread evenly"
-    sess = cpu_session(prep.path)
-    reference = [sess.run(None, f) for f in feeds]
+    if reference is None:
+        sess = cpu_session(prep.path)
+        reference = [sess.run(None, f) for f in feeds]
     argmax = {k: v for b in m.sample_blocks() for k, v in b.argmax.items()}
     return DeviceInputs(model=m.name, graph=prep.graph, names=names, feeds=feeds, reference=reference,
                         output_names=[t.name for t in prep.outputs], note=note,
@@ -64,23 +68,19 @@ def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Pre
 
 
 def _feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path
-           ) -> tuple[list[str], list[dict[str, np.ndarray]], str, bool]:
+           ) -> tuple[list[str], list[dict[str, np.ndarray]], list[list[np.ndarray]] | None, str, bool]:
+    """(names, feeds, CPU's answers for them when recorded, what they are, whether they are real samples)."""
     recipe = recipe_for(m)
     own = recipe.device_feeds(loaded, report, m, prep.graph, cache) if recipe is not None else None
     if own is not None:
-        return own.names, own.feeds, own.note, own.real
-    ss = sample_set(SourceStore(cache, loaded.root), loaded, m, prep)
-    if ss is None:
-        feeds = generated(m, prep)
-        return [f"generated {i}" for i in range(len(feeds))], feeds, f"{len(feeds)} generated inputs (seed " \
-            f"{m.calibration.seed})", False
-    if ss.stream is None:
-        return [n for n, steps in ss.streams for _ in steps], ss.feeds, ss.note, True
-    sess = cpu_session(prep.path)
-    out_names = [t.name for t in prep.outputs]
-    names, feeds = [], []
-    for name, steps in ss.streams:
-        fed, _ = run_stream(lambda f: sess.run(None, f), steps, ss.stream.carry, out_names)
-        names += [f"{name} step {i}" for i in range(len(fed))]
-        feeds += fed
-    return names, feeds, f"{ss.note}; each step with the state CPU carries into it", True
+        return own.names, own.feeds, None, own.note, own.real
+    for r in report.records:
+        if r.model == m.name and r.graph == prep.graph and r.built:
+            ran = read_ran(report.path.parent / r.id)
+            if ran is not None:
+                real = r.verified_on == REAL
+                what = (r.verify_inputs or "real samples") if real else f"{len(ran.feeds)} generated inputs"
+                how = "as the HTP emulator ran them" if ran.emulator else "no emulator ran them"
+                return ran.names, ran.feeds, ran.outputs, f"{what} ({how} in the build)", real
+    raise PackageError(f"{m.name}/{prep.graph}: no target of the build keeps what its verification ran (ran.npz)",
+                       hint="run `qnn-release build` again: it verifies the targets again and keeps their compiles")

@@ -412,7 +412,8 @@ class Regressions(_Frozen):
     size_growth: float = Field(default=0.10, ge=0, description="the archive larger by more than this fraction")
     latency_growth: float = Field(default=0.10, ge=0, description="device latency up by more than this fraction "
                                   "(only when both releases were measured on the same device)")
-    wer_rise: float = Field(default=0.01, ge=0, description="a speech recipe's word error rate up by more than this")
+    wer_rise: float = Field(default=0.01, ge=0, description="a recipe's word error rate (its measure wer) up by "
+                            "more than this")
     accept: list[str] = Field(default=[], description="targets (model/SOC/precision) whose regressions are "
                               "accepted: reported, not failing the check")
 

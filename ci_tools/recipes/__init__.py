@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..compile.records import BuildReport, TargetRecord
+    from ..compile.settings import BuildSettings
     from ..matrix.schema import LoadedMatrix, Model
 
 Member = tuple[str, "Path | bytes"]  # (name in the archive, file or bytes)
@@ -50,12 +51,15 @@ class ChipCheck:
     export: Path  # the model's export folder (its exported graphs, tokenizer ...)
     groups: dict[tuple[str, str], list[TargetRecord]]  # (soc, precision) -> one record per graph
     folders: dict[str, Path]  # target id -> the folder holding its files
-    cache: Path
-    jobs: int = 1
-    isolate: bool = False  # every chip's check in a worker process, -j 1 too (the CLI: a stop reaches it in seconds)
-    from_store: bool = False  # nothing runs on an emulator: results come from the cache or not at all
-    force: bool = False
+    settings: BuildSettings  # the build's, whole: its jobs, isolate (every chip's check in a worker process, -j 1
+    # too), from_store (nothing runs on an emulator: results come from the cache or not at all), force
+    cache: Path  # the build's cache (its settings' cache, or the default one)
     progress: Any = None
+
+    jobs = property(lambda self: self.settings.jobs)
+    isolate = property(lambda self: self.settings.isolate)
+    from_store = property(lambda self: self.settings.from_store)
+    force = property(lambda self: self.settings.force)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,13 +135,13 @@ class Tagged(BaseModel):
     def dispatch(cls, value: Any) -> Any:
         """The pydantic before-validator of a field holding this part: a mapping becomes its recipe's model (its
         errors keep their place); any other value is left to the base model to refuse."""
-        if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+        if not isinstance(value, dict):
             return value
         variants = cls.variants()
-        model = variants.get(value["kind"])
-        if model is None:
+        model = variants.get(value.get("kind"))  # type: ignore[arg-type]
+        if model is None:  # no kind, or one no recipe has: the kinds there are, named
             raise ValidationError.from_exception_data(cls.__name__, [
-                {"type": "literal_error", "loc": ("kind",), "input": value["kind"],
+                {"type": "literal_error", "loc": ("kind",), "input": value.get("kind"),
                  "ctx": {"expected": " or ".join(repr(k) for k in variants) or "(no recipe has one)"}}])
         return model.model_validate(value)
 
@@ -164,7 +168,11 @@ class RecipeFigures(Tagged):
     """``on_device.recipe``: the recipe's figures from its graphs' runs on a real device."""
 
     part: ClassVar[str] = "device_model"
-    real_time_factor: float | None = None  # device time per second of the model's medium: below 1 keeps up
+
+
+def figures_text(figures: RecipeFigures) -> str:
+    """A device's figures for a recipe's model, in the recipe's own words (the notes, the page)."""
+    return get_recipe(figures.kind).device_text(figures.model_dump(mode="json"))
 
 
 def tagged_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -176,8 +184,10 @@ def tagged_schema(schema: dict[str, Any]) -> dict[str, Any]:
         refs = {}
         for kind, model in sorted(base.variants().items()):
             sub = model.model_json_schema(ref_template="#/$defs/{model}")
-            defs.update(sub.pop("$defs", {}))
-            defs[model.__name__] = sub
+            for name, d in {**sub.pop("$defs", {}), model.__name__: sub}.items():
+                if defs.get(name, d) != d:  # two recipes' models of one name: rename one
+                    raise ValueError(f"the JSON Schema has two models named {name} ({kind}'s and another's)")
+                defs[name] = d
             refs[kind] = f"#/$defs/{model.__name__}"
         defs[base.__name__] = {"description": (base.__doc__ or "").split("\n")[0], "oneOf": [
             {"$ref": r} for r in refs.values()], "discriminator": {"propertyName": "kind", "mapping": refs}}

@@ -149,7 +149,7 @@ class Metadata(_M):
     numbers: dict[str, GraphNumbers] = Field(description="per graph")
     on_device: OnDevice | None = Field(
         default=None, description="the graphs together on a real device of the chip (device-numbers.json): "
-        "latency, speedup vs the device's CPU, a speech model's real-time factor; null: never measured")
+        "latency, speedup vs the device's CPU, the model's recipe's own figures; null: never measured")
     runtime_libs: str | None = Field(description="the qnn-libs archive to ship beside this one")
     recipe: Annotated[SerializeAsAny[RecipeResult], BeforeValidator(RecipeResult.dispatch)] | None = Field(
         default=None, description="a model verified by its recipe (the matrix's verify.kind): what the recipe's "

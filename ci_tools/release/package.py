@@ -7,16 +7,20 @@ than the qnn-libs shipped beside them, or for another chip than their name says.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, cast
 
 from .. import __version__
+from ..builder.kept import kept_graph, kept_licence
 from ..compile import qnn_ep
+from ..compile.ran import Ran
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
 from ..device.common import parity_failures
 from ..device.numbers import FILE as DEVICE_FILE
@@ -25,8 +29,8 @@ from ..errors import PackageError, VerifyError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from ..prepare.graph import Prepared
 from ..prepare.quantize import BITS
-from ..recipes import ArchiveExtras, ArchivePart, TwinPart, recipe_for
-from ..sources.store import sha256_file
+from ..recipes import ArchiveExtras, ArchivePart, TwinPart, figures_text, recipe_for
+from ..sources.store import default_cache, sha256_file
 from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
 from ..util.validation import first_error
@@ -39,7 +43,7 @@ from .page import write_page
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
 from .runtime import loads_on, runtime_advice, runtime_needed
-from .sample import sample_members as _sample_members
+from .sample import ran_of, sample_members
 from .templating import render
 
 RELEASE_DIR = "release"
@@ -106,24 +110,40 @@ def _source_info(model: Model, prepared: list[Prepared], root: Path) -> dict:
             "source_sha256": {p.graph: p.source_sha256 for p in prepared}}
 
 
-def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, previous: Path | None = None,
-            matrix: Path | None = None, notes_dir: Path | None = None,
-            device_numbers: Path | None = None, require_verified: bool = False) -> PackageResult:
+@dataclass(frozen=True, kw_only=True)
+class PackageSettings:
+    """How a release is packaged (``qnn-release package``'s flags, or ``build --package``'s); it travels whole."""
+
+    tag: str | None = None  # also writes release_notes/<tag>.md
+    qnn_sdk: Path | None = None  # a QAIRT SDK tree: qnn-libs-<version>.tar.bz2 beside the archives
+    previous: Path | None = None  # the previous release's manifest.json (the notes' changes)
+    matrix: Path | None = None  # None: the one the build report names
+    notes_dir: Path | None = None  # None: release_notes/ beside the matrix's folder
+    device_numbers: Path | None = None  # None: device-numbers.json in the build folder, if any
+    require_verified: bool = False  # refuse targets never run on the HTP emulator
+    cache: Path | None = None  # the build's cache (the twins' real samples); None: default_cache()
+
+
+def package(out: Path, settings: PackageSettings | None = None) -> PackageResult:
+    """The release in ``out/release``: every archive copied from what the build kept (``out``), nothing built or
+    judged again but the twins' own measurement."""
+    s = settings or PackageSettings()
     report = BuildReport.load(out / REPORT, PackageError)
-    loaded: LoadedMatrix = load_matrix(matrix or report.matrix)
+    loaded: LoadedMatrix = load_matrix(s.matrix or report.matrix)
     complete, skipped = _complete(report, loaded)
-    _verified_gate(loaded, complete, require_verified)
-    targets, compiled, archs = _consistency_gate(out, loaded, complete, qnn_sdk)
+    _verified_gate(loaded, complete, s.require_verified)
+    targets, compiled, archs = _consistency_gate(out, loaded, complete, s.qnn_sdk)
     release = out / RELEASE_DIR
     tmp = Path(tempfile.mkdtemp(prefix=".release.", dir=out))
     done = False
     try:
-        libs, libs_name = _qnn_libs(qnn_sdk, archs, tmp)
+        libs, libs_name = _qnn_libs(s.qnn_sdk, archs, tmp)
         assets: list[ModelAsset | LibsAsset | TwinAsset] = list(libs)
         job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, targets=targets, compiled=compiled,
                         libs_name=libs_name,
-                        prepared={(p["model"], p["graph"]): Prepared.load_dict(p) for p in report.prepared},
-                        device=_device_numbers(out, loaded, device_numbers, complete))
+                        prepared={(p["model"], p["graph"]): _kept(out, Prepared.load_dict(p)) for p in report.prepared},
+                        device=_device_numbers(out, loaded, s.device_numbers, complete),
+                        cache=s.cache or default_cache())
         metas: dict[str, Metadata] = {}  # archive name -> its metadata.json, for the release page
         for key, records in sorted(complete.items()):
             asset, meta = job.archive(key, records)
@@ -133,9 +153,9 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         # GitHub's limits: pieces for a file over the size limit, linked releases past 1,000 assets
         limits = Limits(max_assets=loaded.matrix.release.max_assets,
                         max_asset_bytes=loaded.matrix.release.max_asset_bytes)
-        assets, parts = place(split_large(tmp, assets, limits), tag, limits)
-        manifest = _manifest(loaded, tag, assets, complete, skipped, job.device, parts)
-        notes_path = _notes(tmp, loaded, tag, manifest, previous, notes_dir, _runtimes(metas, libs_name))
+        assets, parts = place(split_large(tmp, assets, limits), s.tag, limits)
+        manifest = _manifest(loaded, s.tag, assets, complete, skipped, job.device, parts)
+        notes_path = _notes(tmp, loaded, s, manifest, _runtimes(metas, libs_name))
         write_json(tmp / "manifest.json", manifest_json(manifest))  # the values, as they are written
         client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
         sums = "".join(f"{sha}  {name}\n" for name, sha, _, _ in uploads(manifest.assets))
@@ -145,7 +165,7 @@ def package(out: Path, *, tag: str | None = None, qnn_sdk: Path | None = None, p
         done = True
         if notes_path is not None:
             write_atomic(notes_path, (release / "RELEASE_NOTES.md").read_text())
-            write_json(notes_path.with_name(f"{tag}.manifest.json"), manifest_json(manifest))
+            write_json(notes_path.with_name(f"{s.tag}.manifest.json"), manifest_json(manifest))
         return PackageResult(release=release, assets=list(manifest.assets), notes=notes_path, manifest=manifest)
     finally:
         if not done:
@@ -160,10 +180,10 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
     recipe's model's holds its runtime too (``Recipe.twin``)."""
     from ..builder.inputs import samples_of
     from ..prepare.graph import complete_feed
-    from ..sources.store import SourceStore, default_cache
-    from .twin import TwinInputs, twin_archive
+    from ..sources.store import SourceStore
+    from .twin import GraphSamples, TwinInputs, twin_archive
 
-    store = SourceStore(default_cache(), job.loaded.root)
+    store = SourceStore(job.cache, job.loaded.root)
 
     def real(model: Model, prep: Prepared) -> TwinInputs | None:  # its real samples (8; a stream's first steps)
         ss = samples_of(store, job.loaded, model, prep.graph, prep.inputs, prep.outputs)
@@ -177,6 +197,9 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
                           argmax=ss.argmax if ss.stream is None else None, stream=ss.stream,
                           steps=[len(s) for _, s in streams] if ss.stream is not None else None)
 
+    def samples(model: Model, prep: Prepared) -> GraphSamples:
+        return GraphSamples(ran=job.ran(model.name, prep.graph), real=real(model, prep))
+
     out = []
     for name in sorted({k[0] for k in complete}):
         model = job.loaded.matrix.model(name)
@@ -188,11 +211,11 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         preps = [job.prepared[(name, g.name)] for g in model.graphs]
         if recipe_for(model) is not None:
             for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
-                out += _recipe_twin(job, model, preps, soc, _licence(job.loaded, model, meta), quantized)
+                out += _recipe_twin(job, model, preps, soc, _licence(job.out, model, meta), quantized)
             continue
         for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
-            archive, values = twin_archive(job.tmp, model, preps, soc, _licence(job.loaded, model, meta),
-                                           lambda p, m=model: real(m, p), quantized)
+            archive, values = twin_archive(job.tmp, model, preps, soc, _licence(job.out, model, meta),
+                                           partial(samples, model), quantized)
             out.append(_twin_asset(archive, values))
     return out
 
@@ -211,7 +234,6 @@ def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licen
                  quantized: tuple[str, dict[str, Path]] | None) -> list[TwinAsset]:
     """A recipe's model's twin of a precision (float, or the QDQ graphs of a quantized one): its runtime beside
     the graphs (``Recipe.twin``); none where the recipe has no twin."""
-    from ..sources.store import default_cache
     from .twin import recipe_twin_archive
 
     graphs = {p.graph: p.path for p in preps}
@@ -219,7 +241,7 @@ def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licen
     if recipe is None:
         return []
     extras = recipe.twin(TwinPart(loaded=job.loaded, report=job.report, model=model,
-                                             graphs=quantized[1] if quantized else graphs, cache=default_cache(),
+                                             graphs=quantized[1] if quantized else graphs, cache=job.cache,
                                              precision=quantized[0] if quantized else "float"))
     if extras is None:
         return []
@@ -367,6 +389,7 @@ class _Archives:
     libs_name: str | None
     prepared: dict[tuple[str, str], Prepared]
     device: DeviceNumbers | None  # device-numbers.json, when the targets were measured on devices
+    cache: Path  # the build's cache: the twins' real samples come from its sources
 
     def archive(self, key: Group, records: list[TargetRecord]) -> tuple[ModelAsset, Metadata]:
         """(manifest asset, metadata) of one archive, written into ``tmp``."""
@@ -398,7 +421,7 @@ class _Archives:
                     (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, runtime=runtime_advice(
                         meta.sdk.route, meta.sdk.tool, meta.sdk.qnn_version, meta.chip.htp_arch, meta.runtime_libs),
                         **{"recipe_readme": None, "recipe_sample_row": None, **extras.readme}).encode()),
-                    (f"{stem}/LICENSE", _licence(self.loaded, model, meta))]
+                    (f"{stem}/LICENSE", _licence(self.out, model, meta))]
         archive = make_tar_bz2(self.tmp / f"{stem}.tar.bz2", members)
         numbers_ = list(meta.numbers.values())
         asset = _asset(ModelAsset, name=archive.name, kind="model", model=model_name, soc=soc.name,
@@ -418,15 +441,15 @@ class _Archives:
         folder = self.out / r.id
         target = self.targets[r.id]
         prep = self.prepared.get((model.name, r.graph))
-        if prep is None or not prep.path.is_file():
-            raise PackageError(f"{r.id}: the prepared graph is gone from the cache",
+        if prep is None:
+            raise PackageError(f"{r.id}: the build report has no prepared graph for it",
                                hint="run `qnn-release build` again (nothing recompiles)")
         ctx = cast(str, target.context_onnx)  # the consistency gate refused a target without one
         binary = folder / cast(list, target.binaries)[0]
         members += [(f"{stem}/{ctx}", folder / ctx), (f"{stem}/{binary.name}", binary)]
         recipe = recipe_for(model)
         if recipe is None or recipe.graph_samples:  # else the recipe ships samples of its own kind
-            members += _sample_members(stem, prep, model.calibration.seed, model.options.constant_outputs)
+            members += sample_members(stem, prep, ran_of(folder, r.id), model.options.constant_outputs)
         graph = {"name": r.graph, "prepared_sha256": prep.sha256, "prepare_notes": prep.notes,
                  "stub_io": qnn_ep.stub_io_names(folder / ctx, prep),
                  "parameters": prep.parameters or None, "source_parameters": prep.source_parameters or None,
@@ -441,6 +464,11 @@ class _Archives:
         if run is not None:
             number["device"] = run.model_dump(mode="json")
         return graph, number, prep
+
+    def ran(self, model: str, graph: str) -> Ran:
+        """What the verification of a target of this graph ran (the same inputs and CPU answers on every chip)."""
+        target_id = next(i for i, t in sorted(self.targets.items()) if t.model == model and t.graph == graph)
+        return ran_of(self.out / target_id, target_id)
 
     def _on_device(self, model: Model, records: list[TargetRecord], result: dict | None) -> dict | None:
         """The archive's ``on_device`` from device-numbers.json, with its recipe's figures (from ``result``)."""
@@ -503,16 +531,17 @@ def _runtimes(metas: dict[str, Metadata], libs: str | None) -> list[list[str]]:
     return [runtime_advice(route, tool, version, "v<arch>", libs) for route, tool, version in seen]
 
 
-def _notes(tmp: Path, loaded: LoadedMatrix, tag: str | None, manifest: Manifest, previous: Path | None,
-           notes_dir: Path | None, runtimes: list[list[str]]) -> Path | None:
+def _notes(tmp: Path, loaded: LoadedMatrix, s: PackageSettings, manifest: Manifest,
+           runtimes: list[list[str]]) -> Path | None:
     """``RELEASE_NOTES.md`` for a tag (with the changes since the previous release); where it goes in the repo."""
+    tag = s.tag
     if not tag:
         return None
-    notes_dir = notes_dir or loaded.root / "release_notes"
-    prev = previous or _previous_manifest(notes_dir, tag)
+    notes_dir = s.notes_dir or loaded.root / "release_notes"
+    prev = s.previous or _previous_manifest(notes_dir, tag)
     changes = _changes(manifest, prev)
     notes = render("release_notes.md.j2", tag=tag, manifest=manifest, changes=changes, previous=prev,
-                   runtimes=runtimes,
+                   runtimes=runtimes, recipe_text=figures_text,
                    comparison=None if changes["first"] or prev is None else _comparison(loaded, manifest, prev, tmp))
     write_atomic(tmp / "RELEASE_NOTES.md", notes)
     return notes_dir / f"{tag}.md"
@@ -558,17 +587,22 @@ def _asset(cls: type, /, **values):
         raise PackageError(f"manifest.json would break its schema at {where}: {msg}") from None
 
 
-def _licence(loaded: LoadedMatrix, model: Model, meta: Metadata) -> bytes:
+def _kept(out: Path, prep: Prepared) -> Prepared:
+    """A prepared graph where the build kept it in ``out`` (``builder/kept.py``), when it did."""
+    kept = kept_graph(out, prep)
+    return dataclasses.replace(prep, path=kept) if kept.is_file() else prep
+
+
+def _licence(out: Path, model: Model, meta: Metadata) -> bytes:
     head = (f"{model.name}: {model.description}\nSPDX-License-Identifier: {model.license}\n"
             f"Source: {meta.model.repo}{'@' + meta.model.revision if meta.model.revision else ''}\n")
     if model.license_file is None:
         return head.encode()
-    from ..sources.store import SourceStore, default_cache
-
-    files = SourceStore(default_cache(), loaded.root).fetch(model)
-    if model.license_file not in files:
-        raise PackageError(f"{model.name}: license_file {model.license_file} is not among the source files")
-    return (head + "\n" + files[model.license_file].read_text(errors="replace")).encode()
+    kept = kept_licence(out, model.name)
+    if not kept.is_file():
+        raise PackageError(f"{model.name}: license_file {model.license_file}: the build kept no copy of it "
+                           f"({kept})", hint="run `qnn-release build` again (nothing recompiles)")
+    return (head + "\n" + kept.read_text(errors="replace")).encode()
 
 
 def _metadata(fields: dict) -> Metadata:

@@ -25,7 +25,7 @@ from ..compile.records import REPORT, BuildReport
 from ..device.numbers import OnDevice
 from ..errors import PackageError
 from ..paths import TEMPLATES
-from ..recipes import RecipeResult, get_recipe
+from ..recipes import RecipeResult, figures_text, get_recipe
 from ..sources.store import sha256_file
 from ..util.files import write_atomic
 from ..util.validation import first_error
@@ -116,10 +116,9 @@ def _device(d: OnDevice | None) -> dict | None:
     """A real device's figures (device-numbers.json): NPU latency, speedup vs its CPU, or why there are none."""
     if not d:
         return None
-    figures = d.recipe.model_dump(mode="json") if d.recipe else None
     return {"status": d.status, "reason": d.reason, "device": d.device, "via": d.via,
             "latency_ms": d.latency_ms, "cpu_latency_ms": d.cpu_latency_ms, "speedup": d.speedup_vs_cpu,
-            "recipe_text": get_recipe(figures["kind"]).device_text(figures) if figures else None}
+            "recipe_text": figures_text(d.recipe) if d.recipe else None}
 
 
 def _recipe_rows(result: RecipeResult | None) -> list[tuple[str, str]]:

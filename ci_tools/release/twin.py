@@ -30,6 +30,7 @@ from ..util.files import write_json
 from ..util.text import clip
 
 if TYPE_CHECKING:
+    from ..compile.ran import Ran
     from ..matrix.schema import Stream
 
 TWIN_VERSION = 2  # in the measurement's cache key: a change here measures again
@@ -137,17 +138,25 @@ WHAT = {"float": "the prepared float graphs: the CPU model, and what ONNX Runtim
                      "quantization"}
 
 
-def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Callable,
+@dataclass(frozen=True)
+class GraphSamples:
+    """What a twin graph's sample and measurement come from."""
+
+    ran: Ran  # what the binaries' verification ran: the archive's sample/ entry (and the twin's input without real)
+    real: TwinInputs | None  # the model's real samples, when it has them
+
+
+def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, samples: Callable[[Any], GraphSamples],
                  quantized: tuple[str, dict[str, Path]] | None = None):
     """``<model>-float-onnx.tar.bz2`` in ``tmp``: each prepared graph (``<graph>/graph.onnx``, its weights beside it
     when over 2 GB), the sample every archive of the model carries, ``twin.json`` (what it is and how it ran), a
-    README with the load code, the licence. ``real(prep)``: the graph's real samples as ``TwinInputs``, or None.
+    README with the load code, the licence. ``samples(prep)``: what the graph's binaries' verification ran and its
+    real samples as ``TwinInputs`` (or None).
     ``quantized``: (precision, graph -> its QDQ graph as the build wrote it): ``<model>-<precision>-onnx.tar.bz2``
     holding those instead, judged as that precision's binaries are against CPU on the float graph.
     Returns (the archive, twin.json's values)."""
-    from ..prepare.graph import generate_inputs
     from .archive import make_tar_bz2
-    from .sample import sample_members
+    from .sample import sample_entry, sample_members
     from .templating import render
 
     precision, qdq = quantized or ("float", {})
@@ -160,11 +169,12 @@ def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, real: Calla
         data = graph.with_name(graph.name + ".data")  # its weights over 2 GB, by the name the graph gives them
         if data.is_file():
             members.append((f"{stem}/{prep.graph}/{data.name}", data))
-        seed = model.calibration.seed
-        members += sample_members(stem, prep, seed, model.options.constant_outputs)
-        inputs = real(prep) or TwinInputs(  # the archive's sample input
-            feeds=generate_inputs(prep.inputs, count=1, seed=seed + 7, ranges=prep.input_ranges),
-            names=["the archive's sample (generated)"], note="generated: the archive's sample input")
+        got = samples(prep)
+        members += sample_members(stem, prep, got.ran, model.options.constant_outputs)
+        entry = sample_entry(got.ran, prep, model.options.constant_outputs)
+        inputs = got.real or TwinInputs(  # the archive's sample input
+            feeds=[got.ran.feeds[entry]], names=[f"the archive's sample ({got.ran.names[entry]})"],
+            note=f"{'generated: ' if not got.ran.emulator else ''}the archive's sample input")
         outputs = [o.name for o in prep.outputs]
         j = measure(graph, soc, inputs, outputs, model, precision, prep.path) if quantized else \
             measure(prep.path, soc, inputs, outputs, model)

@@ -31,7 +31,7 @@ def validate(cls: type[M], data: Any, lines: dict[Loc, int], path: Path, default
         return cls.model_validate(data)
     except pydantic.ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        e = error_at(path, lines, data, cls, tuple(err["loc"]), _message(err, cls))
+        e = error_at(path, lines, data, cls, tuple(err["loc"]), _message(err, cls, data))
         e.hint = e.hint or default_hint
         raise e from None
 
@@ -43,7 +43,7 @@ def error_at(path: Path, lines: dict[Loc, int], data: Any, root: type, loc: Loc,
     if hint == "":
         hint = None
     elif hint is None:
-        info = field_info_at(root, loc)
+        info = field_info_at(root, loc, data)
         hint = info.description if info is not None and info.description else None
     dotted = dotted_path(data_loc) or "(top level)"
     return cls_error(f"{path}:{line_of(lines, data_loc)}: {dotted}: {text}", hint=hint)
@@ -95,15 +95,16 @@ def _unwrap(t: Any) -> Any:
             return t
 
 
-def field_info_at(root: type, loc: Loc) -> Any:
-    """The pydantic FieldInfo of the last model field on ``loc`` (for descriptions and suggestions)."""
+def field_info_at(root: type, loc: Loc, data: Any = None) -> Any:
+    """The pydantic FieldInfo of the last model field on ``loc`` (for descriptions and suggestions); ``data``, the
+    document validated, picks a recipe's own model where a field holds one (by its ``kind``)."""
     t: Any = root
     info = None
     for elem in loc:
-        t = _unwrap(t)
+        t = _variant(_unwrap(t), data)
         origin = typing.get_origin(t)
         if isinstance(t, type) and issubclass(t, BaseModel):
-            f = _field(t, elem)
+            f = t.model_fields.get(elem) if isinstance(elem, str) else None
             if f is None:
                 return info
             info, t = f, f.annotation
@@ -117,16 +118,17 @@ def field_info_at(root: type, loc: Loc) -> Any:
                 return info
         else:
             return info
+        data = _child(data, elem)
     return info
 
 
-def fields_at(root: type, loc: Loc) -> list[str]:
+def fields_at(root: type, loc: Loc, data: Any = None) -> list[str]:
     t: Any = root
     for elem in loc:
-        t = _unwrap(t)
+        t = _variant(_unwrap(t), data)
         origin = typing.get_origin(t)
         if isinstance(t, type) and issubclass(t, BaseModel):
-            f = _field(t, elem)
+            f = t.model_fields.get(elem) if isinstance(elem, str) else None
             if f is None:
                 return []
             t = f.annotation
@@ -136,22 +138,28 @@ def fields_at(root: type, loc: Loc) -> list[str]:
             t = typing.get_args(t)[1]
         elif origin in (typing.Union, types.UnionType):
             t = next((a for a in typing.get_args(t) if _tag_of(a) == elem), None)
-    t = _unwrap(t)
+        data = _child(data, elem)
+    t = _variant(_unwrap(t), data)
     if isinstance(t, type) and issubclass(t, BaseModel):
         return list(t.model_fields)
     return []
 
 
-def _field(model: type[BaseModel], elem: Any) -> Any:
-    """A model's field ``elem``; for a base whose subclasses hold the fields (a recipe's tagged part, which has
-    ``variants()``), the first variant's field of that name."""
-    if not isinstance(elem, str):
-        return None
-    if elem in model.model_fields:
-        return model.model_fields[elem]
-    variants = getattr(model, "variants", None)
-    return next((v.model_fields[elem] for v in (variants() if callable(variants) else {}).values()
-                 if elem in v.model_fields), None)
+def _child(data: Any, elem: Any) -> Any:
+    if isinstance(data, dict):
+        return data.get(elem)
+    if isinstance(data, list) and isinstance(elem, int) and 0 <= elem < len(data):
+        return data[elem]
+    return None
+
+
+def _variant(t: Any, data: Any) -> Any:
+    """For a base whose subclasses hold the fields (a recipe's tagged part: it has ``variants()``), the model of
+    the ``kind`` the data names; else ``t``."""
+    variants = getattr(t, "variants", None) if isinstance(t, type) else None
+    if not callable(variants) or not isinstance(data, dict):
+        return t
+    return variants().get(data.get("kind"), t)
 
 
 def _tag_of(t: Any) -> Any:
@@ -173,11 +181,11 @@ def did_you_mean(word: str, choices: typing.Iterable[str]) -> str | None:
     return f"did you mean '{match[0]}'?" if match else None
 
 
-def _message(err: ErrorDetails, root: type) -> tuple[str, str | None]:
+def _message(err: ErrorDetails, root: type, data: Any = None) -> tuple[str, str | None]:
     typ, loc, value = err["type"], tuple(err["loc"]), err.get("input")
     ctx = err.get("ctx") or {}
     if typ == "extra_forbidden":
-        allowed = fields_at(root, loc[:-1])
+        allowed = fields_at(root, loc[:-1], data)
         return (f"unknown key '{loc[-1]}'",
                 did_you_mean(str(loc[-1]), allowed) or f"allowed keys: {', '.join(allowed)}")
     if typ == "missing":

@@ -33,13 +33,12 @@ from ...util.text import clip, step_done
 from .. import ChipCheck
 from ..whisper.check import wer
 from .export import sentences_of, snr_db
+from .results import CHECK_VERSION, speech_of
 from .runtime import Voice, write_wav
 
 if TYPE_CHECKING:
-    from ...matrix.schema import Model
-    from .results import SpeechVerify
+    pass
 
-CHECK_VERSION = 2  # 2: the record holds its result in `recipe`, tagged with the kind
 SAMPLE_WAV = "speech-sample.wav"  # in each target's folder: the chip's audio of its first sentence
 LISTENER_RATE = 16000
 DEFAULT_MIN_SNR_DB = {"fp16": 20.0, "w8a16": 10.0, "int8": 5.0}
@@ -192,11 +191,6 @@ def _key(graph_keys: list[str], sentences: list[str], listener: Path) -> str:
     spec = {"v": CHECK_VERSION, "targets": sorted(graph_keys), "sentences": sentences,
             "listener": hashlib.sha256((listener / "encoder.onnx").read_bytes()[:1 << 20]).hexdigest()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-def speech_of(model: Model) -> SpeechVerify:
-    """The model's ``verify``: a speech check (the recipe, and so this check, is chosen by ``verify.kind``)."""
-    return cast("SpeechVerify", model.verify)
 
 
 def check_speech(check: ChipCheck) -> list[TargetRecord]:

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe, TwinExtras, TwinPart
-from .check import CHECK_VERSION, speech_of
-from .results import SpeechNumbers, SpeechVerify, VoiceFigures
+from .results import CHECK_VERSION, SpeechFigures, SpeechNumbers, SpeechVerify, speech_of
 
 if TYPE_CHECKING:
     import argparse
@@ -24,7 +23,7 @@ class PiperRecipe(Recipe):
     kind = "speech"
     verify_model = SpeechVerify
     result_model = SpeechNumbers
-    device_model = VoiceFigures
+    device_model = SpeechFigures
     check_version = CHECK_VERSION
     pending_note = "verified by what it says once both graphs for this chip are built"
     inputs_note = "the model's sentences (speech verification: waveform against CPU and a listener's round trip)"

@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...matrix.schema import Model
 from ...util.precision import Precision
 from .. import RecipeFigures, RecipeResult, RecipeVerify
+
+CHECK_VERSION = 1  # bump when a change to the check should verify every chip again
+
+
+def speech_of(model: Model) -> SpeechVerify:
+    """The model's ``verify``: a speech check (the recipe, and so this check, is chosen by ``verify.kind``)."""
+    return cast("SpeechVerify", model.verify)
 
 
 class _M(BaseModel):  # a part of the recipe's records: frozen, no unknown keys
@@ -77,7 +85,7 @@ class SpeechNumbers(RecipeResult):
     export_check: dict = Field(description="the cut graphs against the original on CPU: sentences, worst SNR")
 
 
-class VoiceFigures(RecipeFigures):
+class SpeechFigures(RecipeFigures):
     """A voice's device figures, from its encoder run and decoder window on the device and the runs its chip
     build took to say the verification sentences."""
 

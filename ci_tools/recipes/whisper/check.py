@@ -30,14 +30,12 @@ from ...util.metrics import compare, worst
 from ...util.text import clip as clipped
 from ...util.text import step_done
 from .. import ChipCheck
+from .results import CHECK_VERSION, transcript_of
 from .runtime import CHUNK_SECONDS, SAMPLE_RATE, Whisper, WhisperInputError, log_softmax, read_wav
 
 if TYPE_CHECKING:
-    from ...matrix.schema import Model
-    from .results import TranscriptVerify
+    pass
 
-CHECK_VERSION = 5  # bump when a change here should verify every chip again (3: clips packed into windows;
-# 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties; 5: the result in `recipe`, tagged)
 GAP_SECONDS = 0.5  # silence between two clips packed into one window
 DEFAULT_MAX_WER = {"fp16": 0.0, "w8a16": 0.1, "int8": 0.25}
 # A near-tie: where HTP's transcript leaves CPU's, CPU (decoding along HTP's tokens) rates HTP's token within this
@@ -359,11 +357,6 @@ def _key(graph_keys: list[str], packed: list[list[Clip]], language: str, max_tok
     spec = {"v": CHECK_VERSION, "targets": sorted(graph_keys), "language": language, "max_tokens": max_tokens,
             "windows": [[[c.name, c.sha256, c.text] for c in w] for w in packed]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-
-
-def transcript_of(model: Model) -> TranscriptVerify:
-    """The model's ``verify``: a transcript check (the recipe, and so this check, is chosen by ``verify.kind``)."""
-    return cast("TranscriptVerify", model.verify)
 
 
 def check_transcripts(check: ChipCheck) -> list[TargetRecord]:

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import ArchiveExtras, ArchivePart, ChipCheck, DeviceFeeds, Recipe, TwinExtras, TwinPart
-from .check import CHECK_VERSION, transcript_of
-from .results import TranscriptFigures, TranscriptNumbers, TranscriptVerify
+from .results import CHECK_VERSION, TranscriptFigures, TranscriptNumbers, TranscriptVerify, transcript_of
 
 if TYPE_CHECKING:
     import argparse

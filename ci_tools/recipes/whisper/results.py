@@ -3,14 +3,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...matrix.schema import Source, source_files
+from ...matrix.schema import Model, Source, source_files
 from ...util.precision import Precision
 from ...util.validation import did_you_mean
 from .. import RecipeFigures, RecipeResult, RecipeVerify
+
+CHECK_VERSION = 4  # bump when a change to the check should verify every chip again (3: clips packed into windows;
+# 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties)
+
+
+def transcript_of(model: Model) -> TranscriptVerify:
+    """The model's ``verify``: a transcript check (the recipe, and so this check, is chosen by ``verify.kind``)."""
+    return cast("TranscriptVerify", model.verify)
 
 
 class _M(BaseModel):  # a part of the recipe's records: frozen, no unknown keys
@@ -121,7 +129,7 @@ class TranscriptNumbers(RecipeResult):
 
 
 class TranscriptFigures(RecipeFigures):
-    """A speech model's device figures, from its encoder run and decoder step on the device and the steps its
+    """A speech recognizer's device figures, from its encoder run and decoder step on the device and the steps its
     chip build took on the verification clips."""
 
     kind: Literal["transcript"]

@@ -1,0 +1,91 @@
+"""What a target's verification ran, kept in its folder (``ran.npz``): the inputs the HTP emulator ran (a stream's
+steps as CPU fed them) and what ONNX Runtime on CPU answered for them, written once when the target is built.
+
+Later stages copy from it and compute nothing: ``package`` takes the archive's ``sample/`` (the first input whose
+expected outputs say something), ``device-numbers`` the inputs a device runs and the answers it is judged against.
+A target that was not run on an emulator (a route without one here, or a recipe's graph, which its recipe checks
+with the chip's other graphs) keeps a generated input and CPU's answer, said as such (``emulator`` false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..util.files import write_atomic
+from ..util.metrics import nonfinite
+
+RAN_FILE = "ran.npz"
+RAN_VERSION = 1  # in the targets' key: a target built before its folder kept ran.npz is verified again
+MAX_ENTRIES = 64  # inputs kept per target: enough for a device's judgement, spread evenly over the samples
+MAX_BYTES = 64 << 20  # and at most this much of them (each chip's folder keeps its own copy)
+SAMPLE_TRIES = 4  # generated inputs tried for one whose expected outputs say something
+
+
+@dataclass(frozen=True)
+class Ran:
+    names: list[str]  # one per entry: "arctic_a0007.wav step 12", "generated sample 0"
+    feeds: list[dict[str, np.ndarray]]
+    outputs: list[list[np.ndarray]]  # CPU's answers, per entry, in ``output_names`` order
+    output_names: list[str]
+    emulator: bool  # the HTP emulator ran these (False: generated for the archive's sample, CPU only)
+
+
+def keep_spread(count: int, sizes: list[int]) -> list[int]:
+    """The entries kept of ``count``: at most MAX_ENTRIES and MAX_BYTES, spread evenly so every sample is seen."""
+    per = max(1, max(sizes, default=1))
+    keep = min(count, MAX_ENTRIES, max(1, MAX_BYTES // per))
+    if keep >= count:
+        return list(range(count))
+    return sorted(set(np.linspace(0, count - 1, keep).round().astype(int).tolist()))
+
+
+def write_ran(folder: Path, ran: Ran) -> None:
+    """``ran.npz`` in a target's folder (the folder is still private to its job: written before it is finished)."""
+    import io
+
+    pick = keep_spread(len(ran.feeds), [sum(a.nbytes for a in f.values()) for f in ran.feeds])
+    arrays: dict[str, np.ndarray] = {"names": np.array([ran.names[i] for i in pick]),
+                                     "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator)}
+    for j, i in enumerate(pick):
+        arrays.update({f"in/{j}/{k}": np.asarray(v) for k, v in ran.feeds[i].items()})
+        arrays.update({f"out/{j}/{n}": np.asarray(o) for n, o in enumerate(ran.outputs[i])})
+    buf = io.BytesIO()
+    np.savez(buf, allow_pickle=False, **arrays)
+    write_atomic(folder / RAN_FILE, buf.getvalue())
+
+
+def read_ran(folder: Path) -> Ran | None:
+    """A target folder's ``ran.npz``; None when it has none (built by an older qnn-release)."""
+    path = folder / RAN_FILE
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        names = [str(n) for n in z["names"]]
+        output_names = [str(n) for n in z["output_names"]]
+        feeds: list[dict[str, np.ndarray]] = [{} for _ in names]
+        outputs: list[list[np.ndarray]] = [[np.empty(0)] * len(output_names) for _ in names]
+        for key in z.files:
+            side, _, rest = key.partition("/")
+            if side in ("in", "out"):
+                i, _, name = rest.partition("/")
+                if side == "in":
+                    feeds[int(i)][name] = z[key]
+                else:
+                    outputs[int(i)][int(name)] = z[key]
+        return Ran(names=names, feeds=feeds, outputs=outputs, output_names=output_names, emulator=bool(z["emulator"]))
+
+
+def no_expectation(output_names: list[str], expected: list[np.ndarray], constant_ok: list[str]) -> str | None:
+    """Why CPU's outputs are no expectation to compare a binary with: NaN/Inf, or a float output that is one
+    constant everywhere (an integer output, labels, may be; so may an output declared constant)."""
+    for name, arr in zip(output_names, expected):
+        a = np.asarray(arr)
+        bad = nonfinite(a) if a.dtype.kind == "f" else 0
+        if bad:
+            return f"'{name}' would be {bad} NaN/Inf value(s)"
+        if a.dtype.kind == "f" and a.size > 1 and name not in constant_ok and float(a.min()) == float(a.max()):
+            return f"'{name}' would be the constant {float(a.flat[0]):g} everywhere"
+    return None
