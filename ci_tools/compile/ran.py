@@ -31,6 +31,7 @@ class Ran:
     outputs: list[list[np.ndarray]]  # CPU's answers, per entry, in ``output_names`` order
     output_names: list[str]
     emulator: bool  # the HTP emulator ran these (False: generated for the archive's sample, CPU only)
+    streams: bool = False  # a stateful graph's steps, each fed the state CPU carried into it
 
 
 def keep_spread(count: int, sizes: list[int]) -> list[int]:
@@ -48,7 +49,8 @@ def write_ran(folder: Path, ran: Ran) -> None:
 
     pick = keep_spread(len(ran.feeds), [sum(a.nbytes for a in f.values()) for f in ran.feeds])
     arrays: dict[str, np.ndarray] = {"names": np.array([ran.names[i] for i in pick]),
-                                     "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator)}
+                                     "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator),
+                                     "streams": np.array(ran.streams)}
     for j, i in enumerate(pick):
         arrays.update({f"in/{j}/{k}": np.asarray(v) for k, v in ran.feeds[i].items()})
         arrays.update({f"out/{j}/{n}": np.asarray(o) for n, o in enumerate(ran.outputs[i])})
@@ -75,7 +77,8 @@ def read_ran(folder: Path) -> Ran | None:
                     feeds[int(i)][name] = z[key]
                 else:
                     outputs[int(i)][int(name)] = z[key]
-        return Ran(names=names, feeds=feeds, outputs=outputs, output_names=output_names, emulator=bool(z["emulator"]))
+        return Ran(names=names, feeds=feeds, outputs=outputs, output_names=output_names, emulator=bool(z["emulator"]),
+                   streams=bool(z["streams"]))
 
 
 def no_expectation(output_names: list[str], expected: list[np.ndarray], constant_ok: list[str]) -> str | None:

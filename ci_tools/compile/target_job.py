@@ -327,7 +327,8 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
             bisect_failure(spec, job, result, e, step_feeds, th)
             raise
         write_ran(job.out_dir, Ran(names=list(step_feeds), feeds=list(step_feeds.values()),
-                                   outputs=[o for outs in reference for o in outs], output_names=names, emulator=True))
+                                   outputs=[o for outs in reference for o in outs], output_names=names, emulator=True,
+                                   streams=True))
         return v, total
     if ss is not None:
         feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]

@@ -80,7 +80,7 @@ def _feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, 
             if ran is not None:
                 real = r.verified_on == REAL
                 what = (r.verify_inputs or "real samples") if real else f"{len(ran.feeds)} generated inputs"
-                how = "as the HTP emulator ran them" if ran.emulator else "no emulator ran them"
-                return ran.names, ran.feeds, ran.outputs, f"{what} ({how} in the build)", real
+                how = "; each step with the state CPU carries into it" if ran.streams else ""
+                return ran.names, ran.feeds, ran.outputs, f"{what}{how}", real
     raise PackageError(f"{m.name}/{prep.graph}: no target of the build keeps what its verification ran (ran.npz)",
                        hint="run `qnn-release build` again: it verifies the targets again and keeps their compiles")
