@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 MARKER = ".qnn-release-sdk.json"  # what was installed, written last: a tree without it is a leftover
@@ -91,9 +92,23 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch(endpoint: str, repo: str, revision: str, file: str, sha256: str, version: str, dest: Path) -> Path:
-    """Download ``file`` of ``repo`` at ``revision``, check its sha256, unzip ``qairt/<version>`` into
-    ``dest`` and write the marker: what the image's first stage runs (HF_TOKEN from the environment)."""
+@dataclass(frozen=True, kw_only=True)
+class PinnedZip:
+    """The QAIRT zip as the matrix pins it: ``file`` of the Hub repo ``repo`` at ``revision``, its ``sha256``, and
+    the SDK ``version`` it holds (``qairt/<version>``)."""
+
+    repo: str
+    revision: str
+    file: str
+    sha256: str
+    version: str
+
+
+def fetch(endpoint: str, pin: PinnedZip, dest: Path) -> Path:
+    """Download ``pin.file`` of ``pin.repo`` at ``pin.revision`` from the Hub at ``endpoint``, check its sha256,
+    unzip ``qairt/<version>`` into ``dest`` and write the marker: what the image's first stage runs (HF_TOKEN from
+    the environment)."""
+    repo, revision, file, sha256, version = pin.repo, pin.revision, pin.file, pin.sha256, pin.version
     url = f"{endpoint.rstrip('/')}/{repo}/resolve/{revision}/{file}"
     zip_path = dest / f".{file}.part"
     dest.mkdir(parents=True, exist_ok=True)
@@ -136,7 +151,8 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         endpoint, repo, revision, file, sha256, version = argv[1:7]
-        print(fetch(endpoint, repo, revision, file, sha256, version, Path(argv[7])))
+        pin = PinnedZip(repo=repo, revision=revision, file=file, sha256=sha256, version=version)
+        print(fetch(endpoint, pin, Path(argv[7])))
     except ZipRefused as e:
         print(f"qairt_zip: error: {e}", file=sys.stderr)
         return 4

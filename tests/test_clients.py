@@ -20,7 +20,7 @@ from ci_tools.catalog.socs import load_catalog
 from ci_tools.errors import QnnReleaseError
 from ci_tools.release.archive import make_tar_bz2
 from ci_tools.release.clients import FETCH_SH, JAVA, spelling_table
-from ci_tools.release.fetch import fetch_model
+from ci_tools.release.fetch import AppNeeds, fetch_model
 from ci_tools.release.github import Connection
 from ci_tools.release.manifest import validate_manifest
 from ci_tools.release.publish import publish
@@ -244,7 +244,7 @@ CASES = [("vad", "sm8750-ac", None), ("vad", "SM8750", "int8"), ("vad", "Snapdra
 
 def _python_case(gh, model, soc, precision, dest) -> tuple[int, str]:
     try:
-        r = fetch_model(f"{OWNER_REPO}@{TAG}", model, soc=soc, precision=precision, dest=dest,
+        r = fetch_model(f"{OWNER_REPO}@{TAG}", model, soc=soc, needs=AppNeeds(precision=precision), dest=dest,
                         via=Connection(api_url=gh.url, sleep=lambda s: None))
     except QnnReleaseError as e:
         return e.exit_code, ""
@@ -566,7 +566,7 @@ def test_a_binary_that_needs_a_newer_runtime_is_refused_alike_and_look_back_find
     for runtime, code in (("2.50.40", 12), ("2.51.0", 0), ("2.52", 0)):
         try:
             fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8750", dest=tmp_path / f"py{runtime}",
-                        via=Connection(api_url=gh.url, sleep=lambda s: None), runtime=runtime)
+                        via=Connection(api_url=gh.url, sleep=lambda s: None), needs=AppNeeds(runtime=runtime))
             got = {"python": 0}
         except QnnReleaseError as e:
             got = {"python": e.exit_code}
@@ -678,7 +678,7 @@ def test_every_client_returns_the_twin_for_a_chip_without_a_binary(gh, tmp_path,
     # asked for a quantized precision, the QDQ twin of it; for one the release has no twin of, exit 3 (CPU model)
     for precision, code in (("w8a16", 0), ("int8", 3)):
         try:
-            res = fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", precision=precision,
+            res = fetch_model(f"{OWNER_REPO}@{TAG}", "vad", soc="SM8650", needs=AppNeeds(precision=precision),
                               dest=tmp_path / f"py-{precision}", via=Connection(api_url=gh.url, sleep=lambda s: None))
             got = {"python": (0, res.kind, res.archive)}
         except QnnReleaseError as e:

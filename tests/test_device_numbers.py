@@ -479,7 +479,7 @@ def test_a_stopped_run_still_writes_what_it_measured(built, monkeypatch):
     from ci_tools.device import via_hub
     from ci_tools.device.measure import device_numbers
 
-    def stopped(out, loaded, report, records, settings, env, runs):
+    def stopped(build, records, settings, env, runs):
         runs[records[0].id] = DeviceRun(via="ai-hub", status="failed", reason="measured before the stop")
         raise KeyboardInterrupt
 

@@ -129,5 +129,6 @@ def test_a_node_htp_rejects_is_an_error_not_a_silent_cpu_partition(tmp_path):
 
     f = models.mlp(tmp_path / "erf.onnx", dynamic_batch=False, op="Erf")
     with pytest.raises(CompileError, match="fallback to CPU EP has been explicitly disabled"):
-        qnn_ep.compile_context(f, tmp_path / "out", "m", qnn_ep.htp_options(69, 79, True), log=tmp_path / "c.log")
+        qnn_ep.compile_context(f, qnn_ep.ContextFiles(out_dir=tmp_path / "out", stem="m"),
+                               qnn_ep.htp_options(69, 79, True), log=tmp_path / "c.log")
     assert not list(Path(tmp_path / "out").glob("*.bin"))

@@ -167,7 +167,7 @@ def test_release_notes_list_changes_since_previous_manifest(built, tmp_path):
 
 
 def test_build_package_publish_fetch_round_trip(built, tmp_path):
-    from ci_tools.release.fetch import fetch_model
+    from ci_tools.release.fetch import AppNeeds, fetch_model
     from ci_tools.release.publish import publish
     from tests.fakes.fake_github import FakeGitHub
 
@@ -175,7 +175,7 @@ def test_build_package_publish_fetch_round_trip(built, tmp_path):
     with FakeGitHub() as gh:
         publish(built["out"], "acme/models", "v2.0.0",
                 via=Connection(token=gh.state.token, api_url=gh.url, sleep=lambda s: None))
-        res = fetch_model("acme/models@v2.0.0", "alpha", soc="SM8750-AC", precision="w8a16",
+        res = fetch_model("acme/models@v2.0.0", "alpha", soc="SM8750-AC", needs=AppNeeds(precision="w8a16"),
                           dest=tmp_path / "app", via=Connection(api_url=gh.url))
     meta = json.loads((tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / "metadata.json").read_text())
     assert meta["chip"]["name"] == "SM8750" and meta["quantization"]["precision"] == "w8a16"
@@ -304,7 +304,7 @@ def test_a_release_over_the_hosts_limits_is_packaged_in_parts_and_pieces_and_fet
 
     import yaml
 
-    from ci_tools.release.fetch import fetch_model
+    from ci_tools.release.fetch import AppNeeds, fetch_model
     from ci_tools.release.publish import publish
     from tests.fakes.fake_github import FakeGitHub
 
@@ -332,7 +332,7 @@ def test_a_release_over_the_hosts_limits_is_packaged_in_parts_and_pieces_and_fet
         for rid in gh.state.releases:
             assert len(gh.asset_names(rid)) <= 10
         a = next(x for x in manifest["assets"] if x.get("pieces") and x["kind"] == "model")
-        res = fetch_model("acme/models@v3.0.0", a["model"], soc=a["soc"], precision=a["precision"],
+        res = fetch_model("acme/models@v3.0.0", a["model"], soc=a["soc"], needs=AppNeeds(precision=a["precision"]),
                           dest=tmp_path / "app", via=Connection(api_url=gh.url, sleep=lambda s: None))
     meta = json.loads((tmp_path / "app" / res.archive.removesuffix(".tar.bz2") / "metadata.json").read_text())
     assert res.archive == a["name"] and meta["chip"]["name"] == a["soc"]

@@ -385,6 +385,8 @@ def test_the_image_fetch_sends_the_hub_token_to_the_hub_only(tmp_path, monkeypat
         with LocalServer(Hub) as hub:
             monkeypatch.setenv("HF_TOKEN", "hf_SECRET")
             monkeypatch.setattr(qairt_zip.time, "sleep", lambda s: None)
+            pin = qairt_zip.PinnedZip(repo="o/r", revision="0" * 40, file="v.zip", sha256="0" * 64,
+                                      version="2.40.0.251030")
             with pytest.raises(qairt_zip.ZipRefused):
-                qairt_zip.fetch(hub.url, "o/r", "0" * 40, "v.zip", "0" * 64, "2.40.0.251030", tmp_path / "sdk")
+                qairt_zip.fetch(hub.url, pin, tmp_path / "sdk")
     assert seen["hub"] == "Bearer hf_SECRET" and seen["cdn"] is None

@@ -330,7 +330,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     """The first node of a graph whose output HTP computes unlike CPU, on one sample (exit 7 when one does)."""
     from ..catalog.socs import UnknownSocError, load_catalog
-    from ..compile.bisect import bisect, sample_feed
+    from ..compile.bisect import Bounds, Sample, bisect, sample_feed
     from ..compile.verify import DEFAULT_THRESHOLDS
     from ..errors import UsageError, VerifyError
     from ..util.table import table
@@ -347,7 +347,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     th = DEFAULT_THRESHOLDS[precision]
     if args.min_cosine is not None:
         th = th.model_copy(update={"min_cosine": args.min_cosine})
-    b = bisect(args.model, feed, soc, th, sample=sample, quantized=args.quantized, budget=args.budget)
+    b = bisect(args.model, Sample(name=sample, feed=feed), soc, th, quantized=args.quantized,
+               bounds=Bounds(budget=args.budget))
     if args.json:
         print(json.dumps({**b.as_dict(), "numbers": b.numbers}, indent=2))
     else:

@@ -32,15 +32,15 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from ..errors import RuntimeTooOld, UsageError
-    from ..release.fetch import fetch_model, loadable_release
+    from ..release.fetch import AdbPhone, AppNeeds, fetch_model, loadable_release
 
-    adb = args.adb if args.adb is not None else None
+    soc = AdbPhone(serial=args.adb or None) if args.adb is not None else args.soc  # --adb and --soc: one or the other
     if args.look_back and not args.qnn_runtime:
         raise UsageError("--look-back needs --qnn-runtime (the app's QNN runtime, as 2.50.40)")
     via = Connection(token=token_from_env())
+    needs = AppNeeds(precision=args.precision, runtime=args.qnn_runtime)
     try:
-        result = fetch_model(args.release, args.model, dest=args.dest, soc=args.soc, adb=adb,
-                             precision=args.precision, via=via, runtime=args.qnn_runtime)
+        result = fetch_model(args.release, args.model, dest=args.dest, soc=soc, via=via, needs=needs)
     except RuntimeTooOld as e:
         if not args.look_back:
             raise
@@ -51,8 +51,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
                                 hint="ship a newer QNN runtime, or use the CPU model") from None
         print(f"{args.release}: needs a newer QNN runtime than {args.qnn_runtime}: fetching {earlier}, the newest "
               "release this runtime loads", file=sys.stderr)
-        result = fetch_model(earlier, args.model, dest=args.dest, soc=args.soc, adb=adb, precision=args.precision,
-                             via=via, runtime=args.qnn_runtime)
+        result = fetch_model(earlier, args.model, dest=args.dest, soc=soc, via=via, needs=needs)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     elif result.kind != "binary":

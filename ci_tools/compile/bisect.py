@@ -26,6 +26,22 @@ ROUNDS = 3
 SKIP_OPS = {"Constant", "Shape", "Size", "QuantizeLinear"}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """What a hunt runs on: the sample's name (as the report says it) and its feed (arrays by input name)."""
+
+    name: str
+    feed: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bounds:
+    """What a hunt may cost: at most ``budget`` intermediates per probe compile, at most ``rounds`` compiles."""
+
+    budget: int = BUDGET
+    rounds: int = ROUNDS
+
+
 @dataclass
 class Bisection:
     sample: str
@@ -142,23 +158,24 @@ class _Probe:
         return cpu, htp
 
 
-def bisect(graph: Path, feed: dict[str, np.ndarray], soc, thresholds, *, sample: str, quantized: bool = False,
-           budget: int = BUDGET, rounds: int = ROUNDS) -> Bisection:
-    """The first node of ``graph`` whose output HTP computes unlike CPU on ``feed`` (see the module)."""
+def bisect(graph: Path, sample: Sample, soc, thresholds, *, quantized: bool = False,
+           bounds: Bounds | None = None) -> Bisection:
+    """The first node of ``graph`` whose output HTP computes unlike CPU on ``sample`` (see the module), within
+    ``bounds`` (default: ``BUDGET`` intermediates per compile, ``ROUNDS`` compiles)."""
     import onnx
 
     m = onnx.load(str(graph))
     names, infos, made = candidates(m, quantized)
-    result = Bisection(sample=sample, candidates=len(names))
+    result = Bisection(sample=sample.name, candidates=len(names))
     if not names:  # nothing between the inputs and the outputs to probe: said at once, without a compile
         result.note = ("nothing to probe: no intermediate between the inputs and the outputs can be probed (float "
                        "values; in a quantized graph, what a QuantizeLinear/DequantizeLinear pair makes): the outputs' "
                        "own numbers are the whole story")
         return result
     with tempfile.TemporaryDirectory(prefix="qnn-release-bisect.") as tmp:
-        probe = _Probe(m, infos, feed, soc, quantized, Path(tmp))
+        probe = _Probe(m, infos, sample.feed, soc, quantized, Path(tmp))
         lo, hi, seen_fail, outputs_agree = _hunt(probe, names, result, thresholds, [o.name for o in m.graph.output],
-                                                 budget, rounds)
+                                                 bounds or Bounds())
         result.compiles = probe.compiles
     if not seen_fail:
         result.note = (f"nothing found: every one of {result.probed} probed intermediates agrees with CPU, and "
@@ -180,16 +197,17 @@ def bisect(graph: Path, feed: dict[str, np.ndarray], soc, thresholds, *, sample:
     return result
 
 
-def _hunt(probe: _Probe, names: list[str], result: Bisection, thresholds, outputs: list[str], budget: int,
-          rounds: int) -> tuple[int, int, bool, bool | None]:
-    """The probe rounds: (the last agreeing index, the first failing one, whether any failed, whether the
-    graph's own outputs agreed in the first probe)."""
+def _hunt(probe: _Probe, names: list[str], result: Bisection, thresholds, outputs: list[str],
+          bounds: Bounds) -> tuple[int, int, bool, bool | None]:
+    """The probe rounds (``bounds.rounds`` at most, ``bounds.budget`` intermediates each): (the last agreeing index,
+    the first failing one, whether any failed, whether the graph's own outputs agreed in the first probe)."""
     from .verify import judge
 
+    budget = bounds.budget
     order = {n: k for k, n in enumerate(names)}
     lo, hi = -1, len(names)  # names[lo] agrees (or the inputs), names[hi] fails (or the outputs)
     seen_fail, outputs_agree = False, None
-    for _ in range(rounds):
+    for _ in range(bounds.rounds):
         stretch = names[lo + 1:hi]
         if not stretch:
             break

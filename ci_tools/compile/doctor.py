@@ -261,14 +261,16 @@ def trial_compile(model: Path, soc_model: int, htp_arch: int, fp16: bool = True)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "trial.log"
         try:
-            ctx, _ = qnn_ep.compile_context(model, Path(tmp), "trial", options, allow_cpu_fallback=True, log=log)
+            ctx, _ = qnn_ep.compile_context(model, qnn_ep.ContextFiles(out_dir=Path(tmp), stem="trial"), options,
+                                            allow_cpu_fallback=True, log=log)
         except CompileError as e:
             # a graph ONNX Runtime cannot even partition (a data-dependent If reading outer values ends in
             # INVALID_GRAPH "... of node: []"): with fallback disabled the EP's log names what it refuses
             rejected = e.rejected or _named_in_error(e.message)
             if not rejected:
                 try:
-                    qnn_ep.compile_context(model, Path(tmp) / "strict", "trial", options, log=log)
+                    qnn_ep.compile_context(model, qnn_ep.ContextFiles(out_dir=Path(tmp) / "strict", stem="trial"),
+                                           options, log=log)
                 except CompileError as strict:
                     rejected = strict.rejected or _named_in_error(strict.message)
             return diagnose(model, rejected) if rejected else None

@@ -267,7 +267,7 @@ def _prepare_at_lengths(path: Path, inputs: list[dict], given: tuple, member, tm
     and value ranges given, and the real samples (by file) prepare's check runs on, or None."""
     given_shapes, value_ranges, feeds = given
     from ..matrix.schema import Graph, InputSpec, Model, Options
-    from ..prepare.graph import prepare
+    from ..prepare.graph import CheckInputs, prepare
 
     model = cast(Model, SimpleNamespace(name="inspect", options=Options()))  # prepare reads these two only
     defaulted = any(i["name"] not in given_shapes and any(not isinstance(d, int) for d in i["dims"][1:])
@@ -278,7 +278,8 @@ def _prepare_at_lengths(path: Path, inputs: list[dict], given: tuple, member, tm
         graph = Graph(name=entry["name"], file=path.name,
                       inputs={k: InputSpec(**v) for k, v in entry.get("inputs", {}).items()})
         try:
-            prepared = prepare(model, graph, path.parent, tmp / str(length), "inspect", samples=_cast_to(feeds))
+            prepared = prepare(model, graph, path.parent, tmp / str(length), "inspect",
+                               CheckInputs(samples=_cast_to(feeds)))
             break
         except QnnReleaseError as e:
             first_error = first_error or e

@@ -121,16 +121,24 @@ def native_log(path: Path | None):
         sys.stderr.write(path.read_text(errors="replace"))
 
 
-def compile_context(model: Path, out_dir: Path, stem: str, options: dict,
-                    allow_cpu_fallback: bool = False, log: Path | None = None, label: str | None = None
-                    ) -> tuple[Path, Path]:
-    """Compile ``model`` into ``<out_dir>/<stem>_ctx.onnx`` + ``<stem>_ctx_qnn.bin``.
+@dataclass(frozen=True, kw_only=True)
+class ContextFiles:
+    """Where a compile writes its context: ``<out_dir>/<stem>_ctx.onnx`` (the stub) and the binary beside it."""
+
+    out_dir: Path
+    stem: str
+
+
+def compile_context(model: Path, into: ContextFiles, options: dict, allow_cpu_fallback: bool = False,
+                    log: Path | None = None, label: str | None = None) -> tuple[Path, Path]:
+    """Compile ``model`` into ``<into.out_dir>/<into.stem>_ctx.onnx`` + ``<into.stem>_ctx_qnn.bin``.
 
     The EP refuses to write over an existing file, and a crash half-way must not leave a
     file that looks finished: compile into a fresh folder next to ``out_dir``, then move.
     With ``log``, the EP's messages go there and a failure names their cause: the nodes the EP
     calls unsupported (``CompileError.rejected``) or its first error line.
     """
+    out_dir, stem = into.out_dir, into.stem
     _ort()  # BackendUnavailable here, in one line, not in the helper
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=out_dir))
@@ -182,7 +190,7 @@ def compile_and_run(model: Path, folder: Path, options: dict, feed: dict) -> dic
     """``model`` compiled for the chip in ``options`` into ``folder`` and run once on the HTP emulator: its outputs by
     the stub's names (the probes, bisect; the logs stay in ``folder``)."""
     ort, _ = _ort()
-    ctx, _ = compile_context(model, folder, "probe", options, log=folder / "compile.log")
+    ctx, _ = compile_context(model, ContextFiles(out_dir=folder, stem="probe"), options, log=folder / "compile.log")
     so = session_options(allow_cpu_fallback=False, options=options)
     with native_log(folder / "emulator.log"):
         sess = ort.InferenceSession(str(ctx), sess_options=so)
@@ -200,8 +208,8 @@ def cpu_nodes_when_falling_back(model: Path, options: dict) -> list[tuple[str, s
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            ctx, _ = compile_context(model, Path(tmp), "probe", options, allow_cpu_fallback=True,
-                                     log=Path(tmp) / "probe.log")
+            ctx, _ = compile_context(model, ContextFiles(out_dir=Path(tmp), stem="probe"), options,
+                                     allow_cpu_fallback=True, log=Path(tmp) / "probe.log")
         except CompileError:
             return []
         graph = onnx.load(str(ctx), load_external_data=False).graph

@@ -112,9 +112,9 @@ class _Ep:
     def compile(self, model: Path, soc_model: str | int, arch: int | None, fp16: bool):
         """(htp_arch, soc_model) the stub records, or None when the EP/backend refuses the graph."""
         self.n += 1
+        into = self.qnn_ep.ContextFiles(out_dir=self.tmp / str(self.n), stem="probe")
         try:
-            ctx, _ = self.qnn_ep.compile_context(model, self.tmp / str(self.n), "probe",
-                                                 self.qnn_ep.htp_options(soc_model, arch, fp16=fp16))
+            ctx, _ = self.qnn_ep.compile_context(model, into, self.qnn_ep.htp_options(soc_model, arch, fp16=fp16))
         except CompileError:
             return None
         info = self.qnn_ep.read_compat(ctx)

@@ -20,6 +20,15 @@ from .inputs import MAX_ENTRIES, DeviceInputs
 from .numbers import DeviceNumbers, DeviceParity, Status
 
 
+@dataclass(frozen=True, kw_only=True)
+class Build:
+    """The build a device route measures: its folder (``out``), its matrix and its report."""
+
+    out: Path
+    loaded: LoadedMatrix
+    report: BuildReport
+
+
 @dataclass(kw_only=True)
 class Settings:
     budget_seconds: float = 3600.0  # every job submitted, then all waited for within this

@@ -17,11 +17,11 @@ from typing import Literal, cast
 from ..compile.records import REPORT
 from ..matrix.schema import load_matrix
 from ..sources.store import sha256_file
-from .common import Settings, now, read_report, select_targets
+from .common import Build, Settings, now, read_report, select_targets
 from .numbers import FILE, DeviceNumbers, DeviceRun
 
-# The device routes, as compile/backends has BACKENDS: each module has ``measure(out, loaded, report, records,
-# settings, env, runs) -> (note, runtimes)``; adding a route is adding a module and a line here.
+# The device routes, as compile/backends has BACKENDS: each module has ``measure(build, records, settings, env, runs)
+# -> (note, runtimes)``; adding a route is adding a module and a line here.
 VIAS = {"ai-hub": "ci_tools.device.via_hub", "adb": "ci_tools.device.via_adb"}
 Via = Literal["ai-hub", "adb"]
 
@@ -42,7 +42,7 @@ def device_numbers(out: Path, *, via: Via = "ai-hub", soc: list[str] | None = No
     runs: dict[str, DeviceRun] = {}
     note, runtimes = "stopped before every target was measured (interrupted, or an internal error)", []
     try:
-        note, runtimes = measure(out, loaded, report, records, settings, env, runs)
+        note, runtimes = measure(Build(out=out, loaded=loaded, report=report), records, settings, env, runs)
     finally:  # stopped or not, what was measured is written, and every other target says why it has nothing
         for r in records:
             run = runs.get(r.id) or DeviceRun(via=via, status="timeout", reason="not measured: the run was stopped")

@@ -28,14 +28,14 @@ import numpy as np
 
 from ..catalog.socs import Soc
 from ..compile.backends.qairt import BIN, QairtBackend, tensor_io
-from ..compile.records import BuildReport, TargetRecord
+from ..compile.records import TargetRecord
 from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache
 from ..util import cmd
 from ..util.text import clip
 from .adb import Adb, AdbFault
-from .common import Settings, judge, log_path, major_minor, now, prepared_for, status_of
+from .common import Build, Settings, judge, log_path, major_minor, now, prepared_for, status_of
 from .inputs import device_inputs
 from .numbers import Device, DeviceRun, Latency, Status
 
@@ -43,12 +43,13 @@ REMOTE = "/data/local/tmp/qnn-release"
 SYSTEM_DSP = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/system/lib/rfsa/adsp;/dsp"  # where the phone's own DSP libs live
 
 
-def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[TargetRecord], settings: Settings,
-            env: Mapping[str, str], runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
-    """Every target of the phone's chip, into ``runs``: (a note for the whole run, the runtime used)."""
+def measure(build: Build, records: list[TargetRecord], settings: Settings, env: Mapping[str, str],
+            runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
+    """Every target (``records``, of ``build``) of the phone's chip, into ``runs``: (a note for the whole run, the
+    runtime used)."""
     try:
-        adb = Adb(settings.serial, log=log_path(out))
-        prop, chip = _chip(adb, loaded)
+        adb = Adb(settings.serial, log=log_path(build.out))
+        prop, chip = _chip(adb, build.loaded)
         product = adb.getprop("ro.product.model") or "phone"
         backend = _sdk(settings, env)
     except (AdbFault, QnnReleaseError) as f:
@@ -61,7 +62,7 @@ def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[
     version = backend.sdk_version()
     phone = _Phone(adb=adb, backend=backend, chip=chip, device=device)
     for r in records:
-        runs[r.id] = _target(out, loaded, report, r, phone, settings)
+        runs[r.id] = _target(build, r, phone, settings)
     try:
         adb.shell(f"rm -rf {REMOTE}")
     except AdbFault:
@@ -108,8 +109,7 @@ class _Phone:
     device: Device
 
 
-def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, phone: _Phone,
-            settings: Settings) -> DeviceRun:
+def _target(build: Build, r: TargetRecord, phone: _Phone, settings: Settings) -> DeviceRun:
     adb, backend, chip, device = phone.adb, phone.backend, phone.chip, phone.device
 
     def said(status: Status, reason: str) -> DeviceRun:
@@ -124,17 +124,17 @@ def _target(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecor
         return said("skipped", f"QAIRT {version} at {backend.root} is older than QNN {r.sdk_version}, which built "
                     "the binary (a runtime older than the build cannot load it)")
     try:
-        return _run(out, loaded, report, r, phone, chip, settings)
+        return _run(build, r, phone, chip, settings)
     except AdbFault as f:
         return said(f.status, f.reason)
     except QnnReleaseError as e:
         return said("failed", str(e))
 
 
-def _run(out: Path, loaded: LoadedMatrix, report: BuildReport, r: TargetRecord, phone: _Phone, chip: Soc,
-         settings: Settings) -> DeviceRun:
-    """One target on the phone (``chip``: the phone's, the target's own)."""
+def _run(build: Build, r: TargetRecord, phone: _Phone, chip: Soc, settings: Settings) -> DeviceRun:
+    """One target of ``build`` on the phone (``chip``: the phone's, the target's own)."""
     adb, backend, device = phone.adb, phone.backend, phone.device
+    out, loaded, report = build.out, build.loaded, build.report
     prep = prepared_for(report, r)
     inp = device_inputs(loaded, report, loaded.matrix.model(r.model), prep, default_cache(),
                         max_entries=settings.max_entries)

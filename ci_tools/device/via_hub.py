@@ -27,7 +27,7 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
 from ..sources.store import default_cache, sha256_file
 from .binary_io import BinaryIO
-from .common import NoRuntime, Settings, judge, log_path, major_minor, now, prepared_for, status_of, triple
+from .common import Build, NoRuntime, Settings, judge, log_path, major_minor, now, prepared_for, status_of, triple
 from .hub import (
     Hub,
     HubFault,
@@ -78,18 +78,18 @@ class _Run:
         self.runs[r.id] = DeviceRun(via="ai-hub", status=status, reason=reason, **more)
 
 
-def measure(out: Path, loaded: LoadedMatrix, report: BuildReport, records: list[TargetRecord], settings: Settings,
-            env: Mapping[str, str], runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
-    """Every target through AI Hub, into ``runs`` (target id -> run, filled as they end: the caller writes what
-    there is if the run is stopped): (a note for the whole run, the runtimes offered)."""
+def measure(build: Build, records: list[TargetRecord], settings: Settings, env: Mapping[str, str],
+            runs: dict[str, DeviceRun]) -> tuple[str | None, list[str]]:
+    """Every target (``records``, of ``build``) through AI Hub, into ``runs`` (target id -> run, filled as they end:
+    the caller writes what there is if the run is stopped): (a note for the whole run, the runtimes offered)."""
     token, url, note = credentials(env)
     if not token:
         for r in records:
             runs[r.id] = DeviceRun(via="ai-hub", status="skipped", reason=note)
         return note, []
     deadline = time.monotonic() + settings.budget_seconds  # uploads, submissions and waiting, all of it
-    hub = Hub(token, url, log=log_path(out), deadline=deadline)
-    run = _Run(out, loaded, report, settings, runs, hub, deadline)
+    hub = Hub(token, url, log=log_path(build.out), deadline=deadline)
+    run = _Run(build.out, build.loaded, build.report, settings, runs, hub, deadline)
     note = _measure(run, records)
     return note, [f"{v} ({full})" for v, full, _ in run.runtimes]
 

@@ -12,6 +12,8 @@ summed away in one operand only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -62,10 +64,19 @@ def einsum_as_matmul(m) -> tuple[int, int]:
     return done, left
 
 
-def _arranged(m, nodes: list, src: str, letters: str, order: list[str], flat: list[int], name: str) -> str:
-    """``src`` (axes named by ``letters``) with its axes in ``order``, then reshaped to ``flat``."""
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    """An operand as the MatMul takes it: its axes (by letter) in ``order``, then reshaped to ``flat``."""
+
+    order: list[str]
+    flat: list[int]
+
+
+def _arranged(m, nodes: list, src: str, letters: str, layout: _Layout, name: str) -> str:
+    """``src`` (axes named by ``letters``) with its axes in ``layout.order``, then reshaped to ``layout.flat``."""
     from onnx import helper, numpy_helper
 
+    order, flat = layout.order, layout.flat
     perm = [letters.index(c) for c in order]
     cur = src
     if perm != sorted(perm):
@@ -91,10 +102,10 @@ def _rewrite(m, n, plan: tuple[str, str, str], size: dict[str, int], nodes: list
         return int(np.prod([size[c] for c in letters])) if letters else 1
 
     bsizes = [size[c] for c in batch]
-    lhs = _arranged(m, nodes, n.input[0], a, batch + free_a + summed, [*bsizes, prod(free_a), prod(summed)],
-                    f"{base}_a")
-    rhs = _arranged(m, nodes, n.input[1], b, batch + summed + free_b, [*bsizes, prod(summed), prod(free_b)],
-                    f"{base}_b")
+    lhs = _arranged(m, nodes, n.input[0], a, _Layout(order=batch + free_a + summed,
+                                                     flat=[*bsizes, prod(free_a), prod(summed)]), f"{base}_a")
+    rhs = _arranged(m, nodes, n.input[1], b, _Layout(order=batch + summed + free_b,
+                                                     flat=[*bsizes, prod(summed), prod(free_b)]), f"{base}_b")
     nodes.append(helper.make_node("MatMul", [lhs, rhs], [f"{base}_mm"], name=f"{base}_matmul"))
     natural = batch + free_a + free_b
     unflat = numpy_helper.from_array(np.array([size[c] for c in natural], dtype=np.int64), f"{base}_out_shape")

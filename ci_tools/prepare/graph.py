@@ -132,12 +132,24 @@ Samples = SampleFeeds | Callable[[list[TensorInfo], list[TensorInfo]], SampleFee
 CHECK_SAMPLES = 8  # real samples the check runs at most
 
 
+@dataclass(frozen=True, kw_only=True)
+class CheckInputs:
+    """What prepare's check against the original runs on: real ``samples`` where given (``digest`` saying what they
+    are, for the prepare key), else inputs generated from ``seed`` (which also seeds the runs that pin the outputs'
+    shapes)."""
+
+    samples: Samples = None
+    digest: str | None = None
+    seed: int = 0
+
+
 def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: str,
-            samples: Samples = None, seed: int = 0, samples_digest: str | None = None) -> Prepared:
+            check: CheckInputs | None = None) -> Prepared:
     """Write ``<work>/<key>/graph.onnx`` and ``prepared.json``; reuse them when already there. The check against
-    the original runs on ``samples`` (real ones, ``samples_digest`` saying what they are) where given, else on
-    generated inputs."""
-    key = prepare_key(model, graph, source_sha, samples_digest)
+    the original runs on ``check.samples`` (real ones, ``check.digest`` saying what they are) where given, else on
+    generated inputs (``check.seed``); no ``check``: generated inputs, seed 0."""
+    check = check or CheckInputs()
+    key = prepare_key(model, graph, source_sha, check.digest)
     final = work / model.name / graph.name / key
     if (final / "prepared.json").exists():
         return Prepared.load(final / "prepared.json")
@@ -156,7 +168,7 @@ def prepare(model: Model, graph: Graph, src_dir: Path, work: Path, source_sha: s
                            f"{clip(str(e), 200)}") from None
     notes: list[str] = []
     job = _Job(model=model, graph=graph, src=src, work=work, final=final, what=what, source_sha=source_sha,
-               samples=samples, seed=seed, start=start)
+               samples=check.samples, seed=check.seed, start=start)
     try:
         return _write(job, _rewrite(m, job, notes), notes)
     except Exception as e:  # ONNX Runtime's shape inference on the fixed shapes: say why, name the node
@@ -229,9 +241,8 @@ def _write(job: _Job, done: _Rewritten, notes: list[str]) -> Prepared:
 
     m, inputs, outputs, source_parameters, cast_inputs = (done.m, done.inputs, done.outputs, done.source_parameters,
                                                           done.cast_inputs)
-    model, graph, src, work, final, what = job.model, job.graph, job.src, job.work, job.final, job.what
+    model, graph, work, final = job.model, job.graph, job.work, job.final
     samples, seed, start, source_sha = job.samples, job.seed, job.start, job.source_sha
-    min_cosine = model.options.prepare_min_cosine
     work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{model.name}.{graph.name}.", dir=work))
     try:
@@ -248,7 +259,7 @@ def _write(job: _Job, done: _Rewritten, notes: list[str]) -> Prepared:
         on = CheckedOn(feeds=list(real.values()), names=list(real), note=f"{len(real)} real sample(s)", real=True) \
             if real else CheckedOn(feeds=generate_inputs(inputs, count=2, seed=seed, ranges=ranges), names=None,
                                    note=generated_inputs_note(ranges), real=False)
-        parity = _parity_with_original(src, out, graph, on, cast_inputs, what, min_cosine)
+        parity = _parity_with_original(job, out, on, cast_inputs)
         from ..sources.store import sha256_file
 
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -798,9 +809,10 @@ class CheckedOn:
     real: bool
 
 
-def _parity_with_original(original: Path, prepared: Path, graph: Graph, checked: CheckedOn, cast_inputs,
-                          what: str, min_cosine: float = 0.9999) -> Parity:
-    """The prepared graph against the original on CPU, on what ``checked`` says."""
+def _parity_with_original(job: _Job, prepared: Path, checked: CheckedOn, cast_inputs) -> Parity:
+    """The prepared graph against the original (``job.src``) on CPU, on what ``checked`` says; the cosine it must
+    reach is the model's ``options.prepare_min_cosine``."""
+    original, graph, what, min_cosine = job.src, job.graph, job.what, job.model.options.prepare_min_cosine
     feeds, sample_names, on, real = checked.feeds, checked.names, checked.note, checked.real
     fix = ("check the samples: they must be shaped and scaled as the app feeds the model" if real else
            "give index inputs their valid values with graphs[].inputs.<name>.range, or the model real samples "

@@ -28,6 +28,7 @@ is refused here, by name.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -145,14 +146,26 @@ def _skip_norm(n, w: _Writer, ins: list[str], attrs: dict, read: set[str], what:
     s = w.op("Add", [ins[0], ins[1]])
     if bias:
         s = w.op("Add", [s, bias])
-    _layer_norm(w, s, ins[2], "" if simplified else ins[3], eps, outs[0], centred=not simplified)
+    _layer_norm(w, s, _Norm(gamma=ins[2], beta="" if simplified else ins[3], eps=eps, centred=not simplified), outs[0])
     sum_out = outs[3]
     if sum_out and sum_out in read:
         w.op("Identity", [s], sum_out)
 
 
-def _layer_norm(w: _Writer, s: str, gamma: str, beta: str, eps: float, out: str, centred: bool = True) -> None:
-    """LayerNorm over the last axis (``centred``; else the RMS form) * gamma (+ beta when given), into ``out``."""
+@dataclass(frozen=True, kw_only=True)
+class _Norm:
+    """A layer norm's own values: ``gamma``, ``beta`` ("" when none), ``eps``, and whether it is ``centred``
+    (LayerNorm; else the RMS form)."""
+
+    gamma: str
+    beta: str
+    eps: float
+    centred: bool = True
+
+
+def _layer_norm(w: _Writer, s: str, norm: _Norm, out: str) -> None:
+    """LayerNorm over the last axis (``norm.centred``; else the RMS form) * gamma (+ beta when given), into ``out``."""
+    gamma, beta, eps, centred = norm.gamma, norm.beta, norm.eps, norm.centred
     d = w.op("Sub", [s, w.mean_last(s)]) if centred else s
     var = w.mean_last(w.op("Mul", [d, d]))
     normed = w.op("Div", [d, w.op("Sqrt", [w.op("Add", [var, w.const(eps)])])])
@@ -184,7 +197,7 @@ def _embed_norm(n, w: _Writer, ins: list[str], attrs: dict, read: set[str], what
     total = w.op("Add", [total, w.op("Gather", [pos, pos_ids])])
     if seg and segs:
         total = w.op("Add", [total, w.op("Gather", [seg, segs])])
-    _layer_norm(w, total, gamma, beta, eps, outs[0])
+    _layer_norm(w, total, _Norm(gamma=gamma, beta=beta, eps=eps), outs[0])
     if outs[1] and outs[1] in read:
         if not mask:
             raise PrepareError(f"{what}: EmbedLayerNormalization '{n.name}' has no mask but its mask_index is read",

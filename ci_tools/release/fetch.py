@@ -1,8 +1,8 @@
 """The download client apps and build scripts use: the right archive for a device's chip.
 
 ``fetch_model("owner/name@v1.0.0", "silero-vad", soc="sm8750-ac", dest=Path("models"))`` reads the
-release's ``manifest.json``, resolves the chip (aliases, ``adb shell getprop ro.soc.model``), downloads
-the archive and the ``qnn-libs`` of the same SDK version (retrying, resuming, checking sha256) and
+release's ``manifest.json``, resolves the chip (aliases; ``soc=AdbPhone()``: ``adb shell getprop ro.soc.model``),
+downloads the archive and the ``qnn-libs`` of the same SDK version (retrying, resuming, checking sha256) and
 extracts them into ``dest`` once both have passed every check (``extract.py``).
 
 Failures, each one line with its exit code: no build for the chip ``NoBuildForChip`` (3: use the
@@ -62,6 +62,22 @@ class FetchResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdbPhone:
+    """The phone on adb (``serial``; None: the only one), as ``fetch_model``'s ``soc``: its chip is what it says."""
+
+    serial: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppNeeds:
+    """What the app takes: the ``precision`` it wants (None: the first of fp16, w8a16, ... the chip has) and the QNN
+    ``runtime`` it ships (major.minor.patch; None: any)."""
+
+    precision: str | None = None
+    runtime: str | None = None
 
 
 def soc_from_adb(serial: str | None = None) -> str:
@@ -243,15 +259,17 @@ def _plain_version(tag: str) -> tuple[int, ...] | None:
     return tuple(parts + [0] * (8 - len(parts)))
 
 
-def fetch_model(release: str, model: str, *, dest: Path, soc: str | None = None, adb: str | bool | None = None,
-                precision: str | None = None, via: Connection | None = None, runtime: str | None = None) -> FetchResult:
-    """``runtime``: the QNN runtime the app ships (major.minor.patch): a binary that needs a newer one is refused
-    (``RuntimeTooOld``, exit 12) before anything is downloaded."""
+def fetch_model(release: str, model: str, *, dest: Path, soc: str | AdbPhone | None = None,
+                via: Connection | None = None, needs: AppNeeds | None = None) -> FetchResult:
+    """``soc``: the chip's spelling, or an ``AdbPhone`` asked for it. ``needs``: the precision the app wants, and the
+    QNN runtime it ships: a binary that needs a newer one is refused (``RuntimeTooOld``, exit 12) before anything is
+    downloaded."""
+    precision, runtime = (needs or AppNeeds()).precision, (needs or AppNeeds()).runtime
     via = via or Connection()
     repo, tag = _split(release)
-    if soc is None and adb is None:
+    if soc is None:
         raise UsageError("give --soc CHIP or --adb [SERIAL]")
-    spelling = soc if soc is not None else soc_from_adb(adb if isinstance(adb, str) else None)
+    spelling = soc_from_adb(soc.serial) if isinstance(soc, AdbPhone) else soc
     try:
         chip = load_catalog().resolve(spelling)
     except UnknownSocError:
@@ -334,4 +352,4 @@ def _twin_or_refuse(release: str, model: str, chip, spelling: str, precision: st
                          hint=None if chip is not None else "this chip is not in qnn-release's catalog")
 
 
-__all__ = ["FetchResult", "NoBuildForChip", "QnnReleaseError", "fetch_model", "soc_from_adb"]
+__all__ = ["AdbPhone", "AppNeeds", "FetchResult", "NoBuildForChip", "QnnReleaseError", "fetch_model", "soc_from_adb"]

@@ -85,7 +85,8 @@ def release_dir(path: Path) -> Path:
                        hint="run `qnn-release package` first")
 
 
-Files = list[tuple[str, Path, str, str]]  # (name, path, sha256, content type) in upload order
+Upload = tuple[str, Path, str, str]  # (name, path, sha256, content type)
+Files = list[Upload]  # in upload order
 
 
 def local_assets(folder: Path) -> tuple[Manifest, Files]:
@@ -209,7 +210,7 @@ def publish(path: Path, repo: str, tag: str, *, via: Connection, dry_run: bool =
         found = releases[part] = _find_release(gh, name, plan, dry_run, bodies[part])
         if found is not None and not found.get("draft", True):
             _made_here(gh, found, by_release[part], f"{repo}@{name}", replace)
-        _upload_all(gh, found, by_release[part], plan, dry_run, replace, f"{repo}@{name}")
+        _upload_all(gh, found, by_release[part], plan, _Mode(dry_run=dry_run, replace=replace, where=f"{repo}@{name}"))
     drafts = [p for p in [*parts, None] if (releases[p] or {}).get("draft", True)]
     made = {p: r for p, r in releases.items() if r is not None}  # all of them, unless a dry run
     if drafts and not dry_run:
@@ -295,23 +296,33 @@ def _made_here(gh: GitHub, release: dict, files: Files, where: str, replace: boo
                            hint="a published asset is never silently overwritten: pass --replace")
 
 
-def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, dry_run: bool, replace: bool,
-                where: str) -> None:
-    existing = _existing(gh, release, files, plan, dry_run)
+@dataclass(frozen=True, kw_only=True)
+class _Mode:
+    """How one release's assets are uploaded: planned only (``dry_run``), changed ones overwritten (``replace``), and
+    ``where`` they go (``repo@name``, as messages say it)."""
+
+    dry_run: bool
+    replace: bool
+    where: str
+
+
+def _upload_all(gh: GitHub, release: dict | None, files: Files, plan: Plan, mode: _Mode) -> None:
+    existing = _existing(gh, release, files, plan, mode.dry_run)
     wanted = {name for name, _, _, _ in files}
-    _upload_each(gh, release, files, existing, plan, (dry_run, replace, where))
+    _upload_each(gh, release, files, existing, plan, mode)
     for name, a in existing.items():  # every name whole again: an interrupted --replace's temporary copies go
         if _leftover(name, wanted):
             plan.add(f"remove {name}: left by an interrupted --replace")
-            if not dry_run:
+            if not mode.dry_run:
                 gh.delete_asset(a["id"])
 
 
 def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[str, dict], plan: Plan,
-                 how: tuple[bool, bool, str]) -> None:
-    dry_run, replace, where = how
+                 mode: _Mode) -> None:
+    dry_run, replace, where = mode.dry_run, mode.replace, mode.where
     live = release or {}  # None only in a dry run, which uploads nothing
-    for name, local, digest, ctype in files:
+    for upload in files:
+        name, local, digest, ctype = upload
         if name in existing:
             if _digest(gh, existing[name]) == digest:
                 plan.add(f"skip {name} (already there, same sha256)")
@@ -332,7 +343,7 @@ def _upload_each(gh: GitHub, release: dict | None, files: Files, existing: dict[
                     gh.delete_asset(existing[name]["id"])
                     _upload(gh, live, name, local, digest, ctype)
                 else:
-                    _replace(gh, live, existing[name], name, local, digest, ctype)
+                    _replace(gh, live, existing[name], upload)
             continue
         staged = existing.get(f"{name}.new-{digest[:8]}")
         if staged is not None and _digest(gh, staged) == digest:  # an interrupted --replace: finish its swap
@@ -371,8 +382,10 @@ def _upload(gh: GitHub, release: dict, name: str, path: Path, digest: str, ctype
     raise gh.fail(r, f"upload {name}")
 
 
-def _replace(gh: GitHub, release: dict, old: dict, name: str, path: Path, digest: str, ctype: str) -> None:
-    """New version first under a temporary name, then swap names: one version is always there."""
+def _replace(gh: GitHub, release: dict, old: dict, upload: Upload) -> None:
+    """``upload``'s new version first under a temporary name, then swap names with ``old``: one version is always
+    there."""
+    name, path, digest, ctype = upload
     tmp_name = f"{name}.new-{digest[:8]}"
     stale = next((a for a in gh.assets(release["id"]) if a["name"] == tmp_name), None)
     if stale is not None:

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import QnnReleaseError, SourceError, UsageError
@@ -76,14 +77,31 @@ def describe(exc: BaseException) -> str:
 Opener = Callable[[int], AbstractContextManager]  # offset -> streaming response (200, 206 or 416)
 
 
-def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patience: int = PATIENCE,
-           give_up: type[QnnReleaseError] = SourceError, hint: str = "", limit: int | None = None) -> None:
+@dataclass(frozen=True, kw_only=True)
+class Download:
+    """One download as messages and retries see it: ``what`` it is (for messages), who pinned its sha256
+    (``pinned_by``, said on a mismatch), how to wait between attempts (``sleep``), how many attempts in a row may
+    bring nothing (``patience``), what giving up raises (``give_up``, with ``hint``), and the bytes the file may
+    have (``limit``: its declared size; a server sending more is refused, nothing kept)."""
+
+    what: str
+    pinned_by: str = ""
+    sleep: Callable[[float], object] = time.sleep
+    patience: int = PATIENCE
+    give_up: type[QnnReleaseError] = SourceError
+    hint: str = ""
+    limit: int | None = None
+
+
+def resume(part: Path, open_from: Opener, download: Download) -> None:
     """Fill ``part`` from ``open_from(len(part))`` until a response ends cleanly.
 
     ``open_from`` raises ``Transient`` (or a network error) for what is worth retrying and a
     ``QnnReleaseError`` for what is not. ``part`` is kept when giving up: the next run resumes it.
-    ``limit``: the bytes the file may have (its declared size): a server sending more is refused, nothing kept.
+    ``download.limit``: the bytes the file may have (its declared size): a server sending more is refused, nothing
+    kept.
     """
+    what, limit, patience = download.what, download.limit, download.patience
     part.parent.mkdir(parents=True, exist_ok=True)
     best = _size(part)
     stalls = 0
@@ -117,9 +135,9 @@ def resume(part: Path, open_from: Opener, *, what: str, sleep=time.sleep, patien
             stalls += 1
         if stalls >= patience:
             kept = f"{best} bytes kept for the next run" if best else "nothing arrived"
-            raise give_up(f"{what}: no progress in {patience} attempts in a row (last: {last}); {kept}",
-                          hint=hint or "run the same command again; it resumes")
-        sleep(wait if wait is not None else backoff(max(stalls - 1, 0)))
+            raise download.give_up(f"{what}: no progress in {patience} attempts in a row (last: {last}); {kept}",
+                                   hint=download.hint or "run the same command again; it resumes")
+        download.sleep(wait if wait is not None else backoff(max(stalls - 1, 0)))
 
 
 def _chunks(r):
@@ -205,34 +223,34 @@ def private_path(cache: Path, sha256: str, suffix: str = "") -> Path:
 
 def fetch_verified(cache: Path, sha256: str, open_from: Opener, **how) -> Path:
     """``<cache>/<sha256>``: downloaded (resuming a partial file), checked, whole; a corrupt file is never kept.
-    ``how``: ``what`` (for messages), ``pinned_by``, ``sleep``, ``give_up``, ``hint``, ``limit`` (the declared size:
-    no more is written). One run at a time per blob.
+    ``how``: the fields of ``Download``: ``what`` (for messages), ``pinned_by``, ``sleep``, ``give_up``, ``hint``,
+    ``limit`` (the declared size: no more is written). One run at a time per blob.
 
     A mismatch after a complete download is retried once from zero (a corrupted transfer); a
     second one means the content is not what was pinned.
     """
     with _locked(cache, sha256):
-        return _fetch(cache, sha256, open_from, **how)
+        return _fetch(cache, sha256, open_from, Download(**how))
 
 
 def fetch_taken(cache: Path, sha256: str, open_from: Opener, **how) -> Path:
     """As ``fetch_verified``, with the checked file moved to a name of this run's own (``private_path``): another
     run sharing the cache can neither remove it nor be handed it half-used. The caller ``discard``s it."""
     with _locked(cache, sha256):
-        return _taken(_fetch(cache, sha256, open_from, **how), cache, sha256)
+        return _taken(_fetch(cache, sha256, open_from, Download(**how)), cache, sha256)
 
 
-def _fetch(cache: Path, sha256: str, open_from: Opener, *, what: str, pinned_by: str = "", **how) -> Path:
-    """``how``: what ``resume`` takes (``sleep``, ``give_up``, ``hint``, ``limit``)."""
+def _fetch(cache: Path, sha256: str, open_from: Opener, download: Download) -> Path:
     from .store import sha256_file
 
+    what, pinned_by = download.what, download.pinned_by
     done = cache / sha256
     if done.is_file() and sha256_file(done) == sha256:
         return done
     part = cache / f"{sha256}.part"
     got = ""
     for _ in range(2):
-        resume(part, open_from, what=what, **how)
+        resume(part, open_from, download)
         got = sha256_file(part)
         if got == sha256:
             os.replace(part, done)

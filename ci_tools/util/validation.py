@@ -37,7 +37,9 @@ def validate(cls: type[M], data: Any, lines: dict[Loc, int], path: Path, default
 
 
 def error_at(path: Path, lines: dict[Loc, int], data: Any, root: type, loc: Loc,
-             message: tuple[str, str | None], cls_error: type[ConfigError] = ConfigError) -> ConfigError:
+             message: tuple[str, str | None]) -> ConfigError:
+    """The ``ConfigError`` for ``message`` (text, hint: "" for none, None for the field's description) at ``loc``
+    of ``data`` (validated as ``root``), naming the file and line."""
     data_loc = data_path(data, loc)
     text, hint = message
     if hint == "":
@@ -46,7 +48,7 @@ def error_at(path: Path, lines: dict[Loc, int], data: Any, root: type, loc: Loc,
         info = field_info_at(root, loc, data)
         hint = info.description if info is not None and info.description else None
     dotted = dotted_path(data_loc) or "(top level)"
-    return cls_error(f"{path}:{line_of(lines, data_loc)}: {dotted}: {text}", hint=hint)
+    return ConfigError(f"{path}:{line_of(lines, data_loc)}: {dotted}: {text}", hint=hint)
 
 
 def data_path(data: Any, loc: Loc) -> Loc:

@@ -5,6 +5,7 @@ Duplicate keys are an error here (PyYAML silently keeps the last one).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def load_with_lines(path: Path, what: str = "file") -> tuple[Any, dict[Loc, int]
         if node is None:
             raise ConfigError(f"{path}: the {what} is empty",
                               hint="see matrix/models.yaml in the repository for an example")
-        data = _convert(node, (), lines, loader, path, (), [_MAX_NODES])
+        data = _convert(node, (), (), _Walk(loader=loader, path=path, lines=lines, budget=[_MAX_NODES]))
     except RecursionError:
         raise ConfigError(f"{path}: the YAML is nested too deeply", hint="flatten the structure") from None
     except yaml.MarkedYAMLError as e:
@@ -49,8 +50,20 @@ def load_with_lines(path: Path, what: str = "file") -> tuple[Any, dict[Loc, int]
 _MAX_NODES = 200_000
 
 
-def _convert(node: yaml.Node, loc: Loc, lines: dict[Loc, int], loader: yaml.SafeLoader, path: Path,
-             stack: tuple[int, ...], budget: list[int]) -> Any:
+@dataclass(frozen=True, kw_only=True)
+class _Walk:
+    """What every node of one file's conversion shares: the loader, the file (for messages), the line of every key
+    and item found so far, and the nodes still allowed (``budget[0]``)."""
+
+    loader: yaml.SafeLoader
+    path: Path
+    lines: dict[Loc, int]
+    budget: list[int]
+
+
+def _convert(node: yaml.Node, loc: Loc, stack: tuple[int, ...], walk: _Walk) -> Any:
+    """``node`` (at ``loc``; ``stack``: the nodes it is inside) as Python values, its lines in ``walk.lines``."""
+    lines, loader, path, budget = walk.lines, walk.loader, walk.path, walk.budget
     line = node.start_mark.line + 1
     if id(node) in stack:
         raise ConfigError(f"{path}:{line}: a YAML alias refers to itself", hint="remove the recursive '*' alias")
@@ -70,11 +83,11 @@ def _convert(node: yaml.Node, loc: Loc, lines: dict[Loc, int], loader: yaml.Safe
                 raise ConfigError(f"{path}:{key_node.start_mark.line + 1}: duplicate key '{key}'",
                                   hint=f"it is already set on line {lines[loc + (key,)]}")
             lines[loc + (key,)] = key_node.start_mark.line + 1
-            out[key] = _convert(value_node, loc + (key,), lines, loader, path, stack, budget)
+            out[key] = _convert(value_node, loc + (key,), stack, walk)
             lines[loc + (key,)] = key_node.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, loc + (i,), lines, loader, path, stack, budget) for i, item in enumerate(node.value)]
+        return [_convert(item, loc + (i,), stack, walk) for i, item in enumerate(node.value)]
     return loader.construct_object(node, deep=True)
 
 

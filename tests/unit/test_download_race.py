@@ -26,5 +26,5 @@ def test_a_download_survives_another_run_removing_the_shared_downloads_folder(tm
         part.parent.rmdir()  # the other run's discard, between mkdir and open
         yield Response()
 
-    download.resume(part, open_from, what="x", sleep=lambda s: None)
+    download.resume(part, open_from, download.Download(what="x", sleep=lambda s: None))
     assert part.read_bytes() == b"payload"

@@ -7,7 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ci_tools.compile.backends.qairt import QNN_DTYPES, TensorIO, camel_keys, qnn_name, tensor_io, write_stub
+from ci_tools.compile.backends.qairt import (
+    QNN_DTYPES,
+    StubSpec,
+    TensorIO,
+    camel_keys,
+    qnn_name,
+    tensor_io,
+    write_stub,
+)
 from ci_tools.errors import CompileError
 from tests.support.qairt import _run_stub_around_identity
 
@@ -36,8 +44,8 @@ def test_the_stub_converts_layout_and_dtype_at_its_boundary(tmp_path, dtype):
     kw = {"dtype": dtype, "dims": (1, 5, 6, 3), "onnx_shape": (1, 3, 5, 6), "perm": (0, 2, 3, 1),
           "scale": scale, "offset": offset}
     io_in, io_out = TensorIO(onnx="x", qnn="x", **kw), TensorIO(onnx="y.0", qnn="y_0", **kw)
-    names = write_stub(tmp_path / "s.onnx", [io_in], [io_out], graph_name="g", binary_name="g.bin", sdk="v2",
-                       props={})
+    names = write_stub(tmp_path / "s.onnx", [io_in], [io_out],
+                       StubSpec(graph_name="g", binary_name="g.bin", sdk="v2", props={}))
     assert names == {"x": "x_dq" if kw["perm"] else "x", "y.0": "y.0"}  # a wrapped input renamed outside
     x = np.random.default_rng(0).uniform(-0.9, 0.9, (1, 3, 5, 6)).astype(np.float32)
     (y,) = _run_stub_around_identity(tmp_path / "s.onnx", {names["x"]: x})

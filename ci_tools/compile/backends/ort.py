@@ -80,10 +80,10 @@ class OrtBackend(Backend):
             raise CompileError(f"{job.target_id}: no quantized graph for {job.precision}")
         options = self._options(job)
         log = job.out_dir / "logs" / "compile.log"
+        into = qnn_ep.ContextFiles(out_dir=job.out_dir, stem=job.prepared.graph)
         start = time.monotonic()
         try:
-            ctx, binary = qnn_ep.compile_context(model, job.out_dir, job.prepared.graph, options, log=log,
-                                                 label=job.target_id)
+            ctx, binary = qnn_ep.compile_context(model, into, options, log=log, label=job.target_id)
         except CompileError as e:
             rejected = e.rejected
             if not rejected and ("CPU" in e.message or "fallback" in e.message.lower() or "assigned" in e.message):

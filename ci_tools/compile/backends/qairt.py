@@ -339,13 +339,13 @@ class QairtBackend(Backend):
         """
         stub = binary.with_name(f"{binary.stem}_ctx.onnx")
         graph = info["graphs"][0]["info"]
-        write_stub(stub, *ios, graph_name=graph["graphName"], binary_name=binary.name,
-                              sdk=str(info.get("buildId", "")),
-                              props={"qnn_release.route": "qairt", "qnn_release.soc": job.soc.name,
-                                     "qnn_release.soc_model": str(info.get("socModel")),
-                                     "qnn_release.htp_arch": str((info.get("contextMetadata") or {})
-                                                                 .get("info", {}).get("dspArch")),
-                                     "qnn_release.sdk_version": self.sdk_version()})
+        write_stub(stub, *ios, StubSpec(graph_name=graph["graphName"], binary_name=binary.name,
+                                        sdk=str(info.get("buildId", "")),
+                                        props={"qnn_release.route": "qairt", "qnn_release.soc": job.soc.name,
+                                               "qnn_release.soc_model": str(info.get("socModel")),
+                                               "qnn_release.htp_arch": str((info.get("contextMetadata") or {})
+                                                                           .get("info", {}).get("dspArch")),
+                                               "qnn_release.sdk_version": self.sdk_version()}))
         return stub
 
     def run(self, job: CompileJob, result: CompileResult, feeds: list[dict[str, np.ndarray]]
@@ -453,11 +453,23 @@ def _layout(net_tensor: dict, dims: tuple[int, ...], shape: tuple[int, ...], wha
                        hint="the converter changed its layout and _net.json does not say how")
 
 
-def write_stub(path: Path, inputs: list[TensorIO], outputs: list[TensorIO], *, graph_name: str, binary_name: str,
-               sdk: str, props: dict[str, str]) -> dict[str, str]:
+@dataclass(frozen=True, kw_only=True)
+class StubSpec:
+    """What an EPContext stub says besides its I/O: the binary's graph and file names, the SDK's build id
+    (``ep_sdk_version``) and the model's metadata props."""
+
+    graph_name: str
+    binary_name: str
+    sdk: str
+    props: dict[str, str]
+
+
+def write_stub(path: Path, inputs: list[TensorIO], outputs: list[TensorIO], spec: StubSpec) -> dict[str, str]:
     """Write the EPContext stub; returns {ONNX name: the stub's outer name}."""
     import onnx
     from onnx import helper
+
+    graph_name, binary_name, sdk, props = spec.graph_name, spec.binary_name, spec.sdk, spec.props
 
     nodes_in, nodes_out, inits = [], [], []
     outer_in, outer_out, io_names = [], [], {}

@@ -389,7 +389,7 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
             continue
         if cpu is None:
             cpu = _cpu_transcripts(check.export, clips, verify.language, verify.max_tokens)
-        pending.append(_job(check, soc, precision, rs, mine, key, cpu))
+        pending.append(_job(check, soc, precision, mine, key, cpu))
     for job, result in _run(pending, check.jobs, check.progress, model.name, check.isolate):
         if isinstance(result, ChipResult):
             write_json(store / f"{job.key}.json", result.as_dict())
@@ -399,10 +399,10 @@ def check_transcripts(check: ChipCheck) -> list[TargetRecord]:
             for r in _apply(model, check.groups[group], result, export_check, recorded)]
 
 
-def _job(check: ChipCheck, soc: str, precision: str, rs: list[TargetRecord], windows: list[list[Clip]], key: str,
-         cpu: dict) -> ChipJob:
-    """One chip's check as the worker takes it."""
+def _job(check: ChipCheck, soc: str, precision: str, windows: list[list[Clip]], key: str, cpu: dict) -> ChipJob:
+    """One chip's check as the worker takes it: its build's records are ``check.groups[(soc, precision)]``."""
     model, s, verify = check.model, check.loaded.catalog.get(soc), transcript_of(check.model)
+    rs = check.groups[(soc, precision)]
     return ChipJob(
         key=key, soc=soc, precision=precision, export_dir=str(check.export), language=verify.language,
         max_tokens=verify.max_tokens, cpu=cpu["texts"], cpu_wer=cpu["wer"],
