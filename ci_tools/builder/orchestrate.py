@@ -26,7 +26,7 @@ from ..compile.target_job import TargetSpec, forget
 from ..errors import PrepareError, QnnReleaseError, SourceError
 from ..matrix.plan import Refusal, Target, make_plan
 from ..matrix.schema import LoadedMatrix, Model
-from ..prepare.graph import Prepared, prepare
+from ..prepare.graph import CheckInputs, Prepared, prepare
 from ..prepare.quantize import calibration_hash, weight_scales
 from ..recipes import recipe_for
 from ..sources.samples import SampleSet
@@ -254,8 +254,8 @@ class _Run:
             try:
                 source_sha = sha256_file(src / g.file) if (src / g.file).is_file() else src_digest
                 samples, digest = check_samples(self.store, self.loaded, m, g.name)
-                preps[g.name] = prepare(m, g, src, self.work / "prepared", source_sha, samples=samples,
-                                        seed=m.calibration.seed, samples_digest=digest)
+                preps[g.name] = prepare(m, g, src, self.work / "prepared", source_sha,
+                                        CheckInputs(samples=samples, digest=digest, seed=m.calibration.seed))
                 self.prepared.append(preps[g.name])
             except Exception as e:  # one graph's failure never stops the others
                 self.fail(mine, _as_error(e, f"{m.name}/{g.name}: prepare", PrepareError))

@@ -300,7 +300,7 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     """Run the binary on the emulator and judge it against CPU: (Verification, emulator seconds in all),
     or None when the route has no emulator here."""
     from .backends import NoEmulator
-    from .verify import Judging, check, check_streams, thresholds_for
+    from .verify import Judging, Runs, check, check_streams, thresholds_for
 
     th = thresholds_for(spec.options, spec.precision)
     names = [o.name for o in spec.prepared.outputs]
@@ -321,8 +321,9 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
         how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note, stream=ss.stream,
                          carried=carried)
         try:
-            v = check_streams(spec.target_id, names, [n for n, _ in ss.streams], reference, compiled, th,
-                              total / max(1, steps), how)
+            runs = Runs(reference, compiled, sample_names=[n for n, _ in ss.streams],
+                        emulator_seconds=total / max(1, steps))
+            v = check_streams(spec.target_id, names, runs, th, how)
         except VerifyError as e:  # bisected on the worst step, fed the state CPU carried into it
             bisect_failure(spec, job, result, e, step_feeds, th)
             raise
@@ -343,7 +344,9 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note,
                      argmax=ss.argmax if ss is not None else None)
     try:
-        v = check(spec.target_id, names, expected, outputs, th, emu_seconds, sample_names, how)
+        v = check(spec.target_id, names,
+                  Runs(expected, outputs, sample_names=sample_names, emulator_seconds=emu_seconds),
+                  th, how=how)
     except VerifyError as e:
         bisect_failure(spec, job, result, e, dict(zip(sample_names, feeds)), th)
         raise
@@ -418,7 +421,7 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
     """A parity failure, bisected on its worst sample (the embedded route's emulator): the first node whose
     output leaves CPU's goes into the error (the record and the page) with its numbers, the known quirk and the
     declared fix; the sample and the command that repeats it are kept with the failed target."""
-    from .bisect import ROUNDS, bisect
+    from .bisect import ROUNDS, Sample, bisect
 
     details = e.details or {}
     if details.get("cause") == "reference":  # CPU's own answer is the fault: there is no chip to hunt in
@@ -442,7 +445,8 @@ def bisect_failure(spec: TargetSpec, job, result, e, feeds: dict[str, dict], thr
         e.message += f"; not bisected (its compile took {result.seconds:.0f} s): `{again}` finds the node"
         return
     try:
-        b = bisect(graph, feeds[sample], spec.soc, thresholds, sample=sample, quantized=spec.precision != "fp16")
+        b = bisect(graph, Sample(name=sample, feed=feeds[sample]), spec.soc, thresholds,
+                   quantized=spec.precision != "fp16")
     except Exception as x:  # the failure stands as it is; the hunt is extra
         e.message += f"; bisect could not run: {clip(str(x), 200)}; `{again}` repeats it"
         return

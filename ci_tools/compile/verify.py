@@ -223,9 +223,20 @@ class Judging:
     # fed CPU's state): its drift is judged after them
 
 
-def check(target_id: str, output_names: list[str], reference: list[list[np.ndarray]],
-          compiled: list[list[np.ndarray]], thresholds: Thresholds, emulator_seconds: float | None,
-          sample_names: list[str] | None = None, how: Judging | None = None) -> Verification:
+@dataclass(frozen=True)
+class Runs:
+    """What is compared: CPU's answers (``reference``) and the binary's (``compiled``), output by output, per sample
+    (a stream check's: per stream, per step), with the samples' (streams') names and the emulator's seconds per
+    run."""
+
+    reference: list
+    compiled: list
+    sample_names: list[str] | None = None
+    emulator_seconds: float | None = None
+
+
+def check(target_id: str, output_names: list[str], runs: Runs, thresholds: Thresholds,
+          how: Judging | None = None) -> Verification:
     """Every output judged on its own, on every sample: a small output that disagrees is not hidden by
     large ones that agree. The worst sample of each output is named; every sample's numbers are kept.
     An output with declared ``slices`` is judged slice by slice (box pixels apart from class scores).
@@ -234,7 +245,7 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
     position) instead of their values: at most that share of positions may pick differently."""
     how = how or Judging()
     precision, argmax, slices = how.precision, how.argmax, how.slices
-    gated = gate_positions(output_names, reference, compiled, how.where)
+    gated = gate_positions(output_names, runs.reference, runs.compiled, how.where)
     reference, compiled = gated.reference, gated.compiled
     reference = [cut_slices(output_names, o, slices) for o in reference]
     compiled = [cut_slices(output_names, o, slices) for o in compiled]
@@ -243,7 +254,7 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
     per_sample: list[dict] = []
     peaks = {n: max((float(np.max(np.abs(np.asarray(o[k], dtype=np.float64)))) if np.asarray(o[k]).size else 0.0)
                     for o in reference) for k, n in enumerate(output_names)} if reference else {}
-    names = sample_names or [f"sample {i}" for i in range(len(reference))]
+    names = runs.sample_names or [f"sample {i}" for i in range(len(reference))]
     for sample, ref_outs, got_outs in zip(names, reference, compiled):
         if len(ref_outs) != len(got_outs):
             raise VerifyError(f"{target_id}: the binary gives {len(got_outs)} outputs, the graph {len(ref_outs)}")
@@ -282,23 +293,35 @@ def check(target_id: str, output_names: list[str], reference: list[list[np.ndarr
     refuse_constant(per_output, output_names, reference, how.constant_outputs)
     vectors = [d for d in per_output.values() if "relative_error" not in d] or [
         {**d, "cosine": max(0.0, 1.0 - d["relative_error"])} for d in per_output.values()]
-    return _conclude(target_id, per_output, vectors, thresholds, how, emulator_seconds, len(reference), per_sample)
+    return _conclude(target_id, _Judged(per_output, vectors, per_sample, len(reference)), thresholds, how,
+                     runs.emulator_seconds)
 
 
-def _conclude(target_id: str, per_output: dict[str, dict], vectors: list[dict], thresholds: Thresholds,
-              how: Judging, emulator_seconds: float | None, samples: int, per_sample: list[dict]) -> Verification:
+@dataclass(frozen=True)
+class _Judged:
+    """Every output judged: its worst sample's numbers, the numbers the overall parity is taken over, every
+    sample's numbers, and how many samples (a stream check: steps) there were."""
+
+    per_output: dict[str, dict]
+    vectors: list[dict]
+    per_sample: list[dict]
+    samples: int
+
+
+def _conclude(target_id: str, judged: _Judged, thresholds: Thresholds, how: Judging,
+              emulator_seconds: float | None) -> Verification:
     """The verdict over every output judged: raise naming the worst failing output, or the Verification."""
+    per_output, vectors, per_sample = judged.per_output, judged.vectors, judged.per_sample
     overall = worst([Parity(**{k: d[k] for k in ("cosine", "max_abs", "snr_db", "nan_count")}) for d in vectors])
     failing = {n: d for n, d in per_output.items() if d["failures"]}
     worst_name = (min(failing, key=lambda n: (not _reference_fault(failing[n]), failing[n]["cosine"],
                                               failing[n]["snr_db"])) if failing else
                   min(per_output, key=lambda n: (per_output[n]["cosine"], per_output[n]["snr_db"])))
     if failing:
-        _raise_failure(target_id, per_output, failing, worst_name, thresholds, how.precision, how.inputs_note,
-                       per_sample)
+        _raise_failure(target_id, judged, worst_name, thresholds, how)
     by = {d["passed_by"] for d in per_output.values()}
     return Verification(parity=overall, per_output=per_output, thresholds=thresholds.model_dump(),
-                        emulator_seconds=emulator_seconds, samples=samples, worst_output=worst_name,
+                        emulator_seconds=emulator_seconds, samples=judged.samples, worst_output=worst_name,
                         per_sample=per_sample, rules=rules_said(per_output, thresholds, how),
                         passed_by=next((b for b in ("max_abs", "max_rel", "argmax") if b in by), "cosine"))
 
@@ -448,10 +471,12 @@ def _reference_fault(d: dict) -> bool:
     return any(f.startswith((REFERENCE_NAN, REFERENCE_CONSTANT)) for f in d["failures"])
 
 
-def _raise_failure(target_id, per_output, failing, worst_name, thresholds, precision, inputs_note,
-                   per_sample) -> None:
+def _raise_failure(target_id: str, judged: _Judged, worst_name: str, thresholds: Thresholds, how: Judging) -> None:
+    per_output, per_sample = judged.per_output, judged.per_sample
+    precision, inputs_note = how.precision, how.inputs_note
+    failing = {n: d for n, d in per_output.items() if d["failures"]}
     d = failing[worst_name]
-    real = bool(inputs_note) and not inputs_note.startswith("generated")
+    real = bool(inputs_note) and not (inputs_note or "").startswith("generated")
     near_zero = d["peak_cpu"] < 0.05
     hint = (f"the CPU values of '{worst_name}' are near zero on these inputs (max |y| {d['peak_cpu']:.3g}): "
             f"give the model real samples (`samples:` in the matrix) on which it has a range, or an absolute tolerance "
@@ -482,15 +507,15 @@ def _raise_failure(target_id, per_output, failing, worst_name, thresholds, preci
                                           "verify_inputs": inputs_note, **({"cause": cause} if cause else {})})
 
 
-def check_streams(target_id: str, output_names: list[str], streams: list[str],
-                  reference: list[list[list[np.ndarray]]], compiled: list[list[list[np.ndarray]]],
-                  thresholds: Thresholds, emulator_seconds: float | None, how: Judging) -> Verification:
+def check_streams(target_id: str, output_names: list[str], runs: Runs, thresholds: Thresholds,
+                  how: Judging) -> Verification:
     """A stateful graph run as streams (HTP and CPU each carrying its own state): each output judged over
     the whole sequence (its steps side by side), values outside the declared or CPU-observed range,
     decision flips at the declared thresholds, and the carried state's drift at each stream's end
     (``how.stream``)."""
     precision, slices = how.precision, how.slices
     stream = cast(Stream, how.stream)  # a stream check is only run for samples with a stream
+    streams, reference, compiled = runs.sample_names or [], runs.reference, runs.compiled
     reference, compiled, counts = _gate_streams(output_names, reference, compiled, how.where)
     reference = [[cut_slices(output_names, o, slices) for o in s] for s in reference]
     compiled = [[cut_slices(output_names, o, slices) for o in s] for s in compiled]
@@ -513,7 +538,7 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
         d = judge(rr, gg, thresholds, peak=float(np.max(np.abs(rr))) if rr.size else 0.0)
         d["peak_cpu"] = float(np.max(np.abs(rr))) if rr.size else 0.0
         _worst_step(d, r, g, where)
-        _outside_range(d, name, rr, gg, g, where, stream)
+        _outside_range(d, name, (rr, gg), g, where, stream)
         if name in stream.decisions:
             _decision_flips(d, rr, gg, stream.decisions[name], stream.max_flips)
         if name in stream.carry:  # how far the carried state has drifted at the end of each stream
@@ -540,8 +565,8 @@ def check_streams(target_id: str, output_names: list[str], streams: list[str],
         per_output[name] = d
     Gated([], [], counts).say(per_output, how, thresholds)
     refuse_constant(per_output, output_names, [step for s in reference for step in s], how.constant_outputs)
-    return _conclude(target_id, per_output, list(per_output.values()), thresholds, how, emulator_seconds, steps,
-                     per_sample)
+    return _conclude(target_id, _Judged(per_output, list(per_output.values()), per_sample, steps), thresholds, how,
+                     runs.emulator_seconds)
 
 
 def _gate_streams(output_names: list[str], reference, compiled, where: dict[str, Gate] | None):
@@ -566,9 +591,11 @@ def _worst_step(d: dict, r: list[np.ndarray], g: list[np.ndarray], where: list[t
     d["sample"] = f"{where[w][0]} step {where[w][1]}"
 
 
-def _outside_range(d: dict, name: str, rr: np.ndarray, gg: np.ndarray, g: list[np.ndarray],
+def _outside_range(d: dict, name: str, values: tuple[np.ndarray, np.ndarray], g: list[np.ndarray],
                    where: list[tuple[str, int]], stream: Stream) -> None:
-    """HTP values outside the declared range (or what CPU spans, with 1% slack), 1 fp32 ulp allowed."""
+    """HTP values outside the declared range (or what CPU spans, with 1% slack), 1 fp32 ulp allowed; ``values``:
+    CPU's and HTP's over every step."""
+    rr, gg = values
     if not rr.size:
         return
     lo, hi = stream.range.get(name, (float(rr.min()), float(rr.max())))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..compile.records import BuildReport, TargetRecord
-from ..compile.verify import Judging, check, thresholds_for
+from ..compile.verify import Judging, Runs, check, thresholds_for
 from ..errors import QnnReleaseError, UsageError, VerifyError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared
@@ -109,8 +109,8 @@ def judge(loaded: LoadedMatrix, r: TargetRecord, inp: DeviceInputs, names: dict[
                      for a, b in zip(ref, dev)])
     try:
         how = Judging.of(model.options, precision=r.precision, inputs_note=inp.note, argmax=inp.argmax or None)
-        v = check(r.id, inp.output_names, inp.reference, got, thresholds_for(model.options, r.precision), None,
-                  inp.names, how)
+        v = check(r.id, inp.output_names, Runs(inp.reference, got, sample_names=inp.names),
+                  thresholds_for(model.options, r.precision), how=how)
     except VerifyError as e:
         return DeviceParity(cosine=round(overall.cosine, 6), snr_db=round(overall.snr_db, 2),
                             max_abs=float(f"{overall.max_abs:.4g}"), nan_count=overall.nan_count, passed=False,

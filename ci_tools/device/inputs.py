@@ -45,14 +45,14 @@ class DeviceInputs:
 
 
 def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path,
-                  max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> DeviceInputs:
+                  max_entries: int = MAX_ENTRIES) -> DeviceInputs:
     """The inputs of one graph for a device run, with the CPU reference (at most ``max_entries`` and
-    ``max_bytes``, spread evenly over the samples so every recording is represented). A graph verified on its own
+    ``MAX_BYTES``, spread evenly over the samples so every recording is represented). A graph verified on its own
     takes what its verification ran (``ran.npz``, CPU's answers beside it: nothing is computed again); a recipe's
     graph takes the recipe's inputs."""
     names, feeds, reference, note, real = _feeds(loaded, report, m, prep, cache)
     per = max(1, sum(a.nbytes for a in feeds[0].values())) if feeds else 1
-    keep = min(len(feeds), max_entries, max(1, max_bytes // per))
+    keep = min(len(feeds), max_entries, max(1, MAX_BYTES // per))
     if keep < len(feeds):
         pick = sorted(set(np.linspace(0, len(feeds) - 1, keep).round().astype(int).tolist()))
         names, feeds = [names[i] for i in pick], [feeds[i] for i in pick]

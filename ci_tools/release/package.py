@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
 from .. import __version__
 from ..builder.kept import kept_graph, kept_licence
@@ -154,7 +154,7 @@ def package(out: Path, settings: PackageSettings | None = None) -> PackageResult
         limits = Limits(max_assets=loaded.matrix.release.max_assets,
                         max_asset_bytes=loaded.matrix.release.max_asset_bytes)
         assets, parts = place(split_large(tmp, assets, limits), s.tag, limits)
-        manifest = _manifest(loaded, s.tag, assets, complete, skipped, job.device, parts)
+        manifest = _manifest(loaded, s.tag, (assets, parts), complete, skipped, job.device)
         notes_path = _notes(tmp, loaded, s, manifest, _runtimes(metas, libs_name))
         write_json(tmp / "manifest.json", manifest_json(manifest))  # the values, as they are written
         client = write_fetch_sh(tmp, loaded.catalog)  # qnn-fetch.sh: fetch without Python, beside the archives
@@ -181,7 +181,7 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
     from ..builder.inputs import samples_of
     from ..prepare.graph import complete_feed
     from ..sources.store import SourceStore
-    from .twin import GraphSamples, TwinInputs, twin_archive
+    from .twin import GraphSamples, TwinInputs, TwinOf, twin_archive
 
     store = SourceStore(job.cache, job.loaded.root)
 
@@ -214,7 +214,7 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
                 out += _recipe_twin(job, model, preps, soc, _licence(job.out, model, meta), quantized)
             continue
         for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
-            archive, values = twin_archive(job.tmp, model, preps, soc, _licence(job.out, model, meta),
+            archive, values = twin_archive(job.tmp, TwinOf(model, soc, _licence(job.out, model, meta)), preps,
                                            partial(samples, model), quantized)
             out.append(_twin_asset(archive, values))
     return out
@@ -234,7 +234,7 @@ def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licen
                  quantized: tuple[str, dict[str, Path]] | None) -> list[TwinAsset]:
     """A recipe's model's twin of a precision (float, or the QDQ graphs of a quantized one): its runtime beside
     the graphs (``Recipe.twin``); none where the recipe has no twin."""
-    from .twin import recipe_twin_archive
+    from .twin import TwinOf, recipe_twin_archive
 
     graphs = {p.graph: p.path for p in preps}
     recipe = recipe_for(model)
@@ -245,7 +245,7 @@ def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licen
                                              precision=quantized[0] if quantized else "float"))
     if extras is None:
         return []
-    return [_twin_asset(*recipe_twin_archive(job.tmp, model, extras, graphs, soc, licence, quantized))]
+    return [_twin_asset(*recipe_twin_archive(job.tmp, TwinOf(model, soc, licence), extras, graphs, quantized))]
 
 
 def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]) -> list[tuple[str, dict]]:
@@ -264,6 +264,14 @@ def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]
 
 
 Group = tuple[str, str, str]  # (model, soc, precision): one archive
+
+
+class _Made(NamedTuple):
+    """What an archive's graphs gave: their prepared graphs, their ``graphs[]`` entries and their numbers."""
+
+    preps: list[Prepared]
+    graphs: list[dict]
+    numbers: dict
 
 
 def _complete(report: BuildReport, loaded: LoadedMatrix) -> tuple[dict[Group, list[TargetRecord]], list[str]]:
@@ -415,7 +423,7 @@ class _Archives:
         if len({m[0] for m in members}) != len(members):
             raise PackageError(f"{stem}: two graphs of {model_name} write files with the same name")
         result = {"kind": recipe.kind, **extras.result} if recipe is not None and extras.result else None
-        meta = _metadata(self._metadata_fields(model, soc, sdk, records, preps, graphs, numbers, result))
+        meta = _metadata(self._metadata_fields(model, soc, sdk, records, _Made(preps, graphs, numbers), result))
         meta_json = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
         members += [(f"{stem}/metadata.json", meta_json.encode()),
                     (f"{stem}/README.md", render("archive_readme.md.j2", meta=meta, runtime=runtime_advice(
@@ -482,8 +490,10 @@ class _Archives:
         summary = on_device(runs, figures)
         return summary.model_dump(mode="json") if summary else None
 
-    def _metadata_fields(self, model: Model, soc, sdk: str, records: list[TargetRecord],
-                         preps: list[Prepared], graphs: list[dict], numbers: dict, result: dict | None) -> dict:
+    def _metadata_fields(self, model: Model, soc, sdk: str, records: list[TargetRecord], made: _Made,
+                         result: dict | None) -> dict:
+        """metadata.json's values: ``made``, what the archive's graphs gave (their entries and numbers)."""
+        preps, graphs, numbers = made
         first = records[0]
         precision = first.precision
         act, weight = BITS[precision]
@@ -502,9 +512,10 @@ class _Archives:
         }
 
 
-def _manifest(loaded: LoadedMatrix, tag: str | None, assets: list[ModelAsset | LibsAsset | TwinAsset],
-              complete: dict[Group, list[TargetRecord]], skipped: list[str], device: DeviceNumbers | None,
-              parts: list[str]) -> Manifest:
+def _manifest(loaded: LoadedMatrix, tag: str | None, placed: tuple[list, list[str]],
+              complete: dict[Group, list[TargetRecord]], skipped: list[str], device: DeviceNumbers | None) -> Manifest:
+    """manifest.json: ``placed``, the assets each in the release that holds it, and the linked parts' tags."""
+    assets, parts = placed
     warnings = _sdk_warnings(loaded, {a.sdk_version for a in assets if a.kind == "model"})
     version = 2 if parts or any(a.pieces for a in assets) else 1  # a version-1 client reads the others as before
     return _asset(Manifest, manifest_version=version, tag=tag, toolkit=f"qnn-release {__version__}", parts=parts,

@@ -53,7 +53,16 @@ class TwinInputs:
     stream: Stream | None = None  # its samples.stream (carry, decisions, ranges): how the stream is judged
 
 
-def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, precision: str = "fp16",
+@dataclass(frozen=True)
+class TwinOf:
+    """Whose twin: the model, the chip its on-device compile is measured for, the licence it ships with."""
+
+    model: Any
+    soc: Any  # catalog Soc
+    licence: bytes = b""
+
+
+def measure(graph: Path, of: TwinOf, inputs: TwinInputs, outputs: list[str], precision: str = "fp16",
             reference: Path | None = None) -> dict:
     """The twin run as an app runs it, in a fresh process (its peak memory is the first load's): CPU's answer, the
     QNN EP's compile at session creation for ``soc`` on the emulator, the answer it gives, judged as the model's
@@ -68,10 +77,10 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, pre
         qnn_ep.qnn_version()
     except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
         return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was packaged",
-                "soc": soc.name}
-    h = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), soc.soc_model, soc.htp_arch,
+                "soc": of.soc.name}
+    h = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), of.soc.soc_model, of.soc.htp_arch,
                                    qnn_ep.qnn_version(), names, inputs.names, inputs.argmax,
-                                   model.options.model_dump(mode="json"), precision,
+                                   of.model.options.model_dump(mode="json"), precision,
                                    sha256_file(reference) if reference else None], sort_keys=True).encode())
     for f in feeds:
         for k in sorted(f):
@@ -85,8 +94,8 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, pre
         np.savez(Path(tmp) / "feeds.npz", **arrays)
         write_json(Path(tmp) / "spec.json", {"count": len(feeds), "streams": inputs.steps,
                                              "carry": inputs.stream.carry if inputs.stream is not None else {}})
-        r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(soc.soc_model),
-                     str(soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(Path(tmp) / "spec.json"),
+        r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(of.soc.soc_model),
+                     str(of.soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(Path(tmp) / "spec.json"),
                      str(Path(tmp) / "outputs.npz"), *([str(reference)] if reference else [])],
                     capture_output=True, text=True, timeout=3600)
         lines = r.stdout.strip().splitlines()
@@ -101,30 +110,32 @@ def measure(graph: Path, soc, inputs: TwinInputs, outputs: list[str], model, pre
     run = json.loads(lines[-1])
     ref, got = ([[answers[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
                 for side in ("cpu", "htp"))
-    verdict = _judge(graph.parent.name, names, ref, got, inputs, model, precision)
-    out = {**run, **verdict, "soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch,
+    verdict = _judge(graph.parent.name, names, (ref, got), inputs, of.model, precision)
+    out = {**run, **verdict, "soc": of.soc.name, "soc_model": of.soc.soc_model, "htp_arch": of.soc.htp_arch,
            "qnn_version": qnn_ep.qnn_version(), "samples": len(feeds), "inputs": inputs.note,
            "measured_on": "this machine's x86-64 HTP emulator, not a device"}
     write_json(cached, out)
     return out
 
 
-def _judge(what: str, names: list[str], ref: list, got: list, inputs: TwinInputs, model, precision: str) -> dict:
+def _judge(what: str, names: list[str], answers: tuple[list, list], inputs: TwinInputs, model, precision: str
+           ) -> dict:
     """The twin's answer against CPU's, as the model's binaries of ``precision`` are judged (a stream over its
     steps)."""
-    from ..compile.verify import Judging, check, check_streams, thresholds_for
+    from ..compile.verify import Judging, Runs, check, check_streams, thresholds_for
     from ..errors import VerifyError
 
+    ref, got = answers
     try:
         th = thresholds_for(model.options, precision)
         if inputs.steps:  # judged as the binaries' streams are: over the steps, with their ranges and decisions
             how = Judging.of(model.options, precision=precision, inputs_note=inputs.note, stream=inputs.stream)
             spans = list(pairwise(np.cumsum([0, *inputs.steps])))
-            v = check_streams(what, names, inputs.names, [ref[a:b] for a, b in spans], [got[a:b] for a, b in spans],
-                              th, None, how)
+            runs = Runs([ref[a:b] for a, b in spans], [got[a:b] for a, b in spans], sample_names=inputs.names)
+            v = check_streams(what, names, runs, th, how)
         else:
             how = Judging.of(model.options, precision=precision, inputs_note=inputs.note, argmax=inputs.argmax)
-            v = check(what, names, ref, got, th, None, inputs.names, how)
+            v = check(what, names, Runs(ref, got, sample_names=inputs.names), th, how)
     except VerifyError as e:
         return {"verified": False, "failure": e.message}
     return {"verified": True, "cosine": round(v.parity.cosine, 6), "snr_db": round(v.parity.snr_db, 2),
@@ -146,7 +157,7 @@ class GraphSamples:
     real: TwinInputs | None  # the model's real samples, when it has them
 
 
-def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, samples: Callable[[Any], GraphSamples],
+def twin_archive(tmp: Path, of: TwinOf, preps: list, samples: Callable[[Any], GraphSamples],
                  quantized: tuple[str, dict[str, Path]] | None = None):
     """``<model>-float-onnx.tar.bz2`` in ``tmp``: each prepared graph (``<graph>/graph.onnx``, its weights beside it
     when over 2 GB), the sample every archive of the model carries, ``twin.json`` (what it is and how it ran), a
@@ -160,7 +171,7 @@ def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, samples: Ca
     from .templating import render
 
     precision, qdq = quantized or ("float", {})
-    stem = twin_stem(model.name, precision)
+    stem = twin_stem(of.model.name, precision)
     members: list[tuple[str, Path | bytes]] = []
     graphs = []
     for prep in preps:
@@ -170,27 +181,27 @@ def twin_archive(tmp: Path, model, preps: list, soc, licence: bytes, samples: Ca
         if data.is_file():
             members.append((f"{stem}/{prep.graph}/{data.name}", data))
         got = samples(prep)
-        members += sample_members(stem, prep, got.ran, model.options.constant_outputs)
-        entry = sample_entry(got.ran, prep, model.options.constant_outputs)
+        members += sample_members(stem, prep, got.ran, of.model.options.constant_outputs)
+        entry = sample_entry(got.ran, prep, of.model.options.constant_outputs)
         inputs = got.real or TwinInputs(  # the archive's sample input
             feeds=[got.ran.feeds[entry]], names=[f"the archive's sample ({got.ran.names[entry]})"],
             note=f"{'generated: ' if not got.ran.emulator else ''}the archive's sample input")
         outputs = [o.name for o in prep.outputs]
-        j = measure(graph, soc, inputs, outputs, model, precision, prep.path) if quantized else \
-            measure(prep.path, soc, inputs, outputs, model)
+        j = measure(graph, of, inputs, outputs, precision, prep.path) if quantized else \
+            measure(prep.path, of, inputs, outputs)
         graphs.append({"name": prep.graph, "file": f"{prep.graph}/graph.onnx",
                        "sha256": sha256_file(graph) if quantized else prep.sha256,
                        "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
                        "on_device_compile": j})
-    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": precision,
+    values = {"twin_version": TWIN_VERSION, "model": of.model.name, "kind": precision,
               "what": WHAT["quantized" if quantized else "float"].format(p=precision), "graphs": graphs}
     members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
-                (f"{stem}/README.md", render("twin_readme.md.j2", model=model, twin=values).encode()),
-                (f"{stem}/LICENSE", licence)]
+                (f"{stem}/README.md", render("twin_readme.md.j2", model=of.model, twin=values).encode()),
+                (f"{stem}/LICENSE", of.licence)]
     return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
 
 
-def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, licence: bytes,
+def recipe_twin_archive(tmp: Path, of: TwinOf, extras, graphs: dict[str, Path],
                         quantized: tuple[str, dict[str, Path]] | None = None):
     """``<model>-float-onnx.tar.bz2`` of a recipe's model (``recipes.TwinExtras``): its float graphs where the
     recipe's runtime reads them, the runtime and its files, the sample with CPU's answer, ``twin.json``, a README,
@@ -205,22 +216,22 @@ def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, 
     reference = [f for g, path in graphs.items() for f in _with_weights(f"reference/{extras.graph_files[g]}", path)
                  ] if qdq else []
     graphs = {g: qdq.get(g, path) for g, path in graphs.items()}
-    stem = twin_stem(model.name, precision)
+    stem = twin_stem(of.model.name, precision)
     files: list[tuple[str, Path | bytes]] = list(extras.members)
     for graph, path in graphs.items():
         files += _with_weights(extras.graph_files[graph], path)
-    run, answers = _measure_recipe(model.name, files + reference, extras.check, soc)
+    run, answers = _measure_recipe(of.model.name, files + reference, extras.check, of.soc)
     files += answers
     shared = {k: run[k] for k in ("peak_memory_mb", "memory_before_mb", "verified", "passed_by", "failure")
-              if k in run} | {"soc": soc.name}
+              if k in run} | {"soc": of.soc.name}
     if "not_measured" not in run:
-        shared |= {"soc_model": soc.soc_model, "htp_arch": soc.htp_arch, "qnn_version": run["qnn_version"],
+        shared |= {"soc_model": of.soc.soc_model, "htp_arch": of.soc.htp_arch, "qnn_version": run["qnn_version"],
                    "samples": 1, "inputs": extras.note,
                    "measured_on": "this machine's x86-64 HTP emulator, not a device"}
     else:
         shared["not_measured"] = run["not_measured"]
     what = WHAT["quantized" if qdq else "float"].format(p=precision)
-    values = {"twin_version": TWIN_VERSION, "model": model.name, "kind": precision, "recipe": model.verify.kind,
+    values = {"twin_version": TWIN_VERSION, "model": of.model.name, "kind": precision, "recipe": of.model.verify.kind,
               "what": what + "; the model's runtime beside them runs them either way",
               "graphs": [{"name": g, "file": extras.graph_files[g], "sha256": sha256_file(path),
                           "on_device_compile": {**run.get("graphs", {}).get(g, {}), **shared}}
@@ -228,9 +239,9 @@ def recipe_twin_archive(tmp: Path, model, extras, graphs: dict[str, Path], soc, 
               "check": run.get("numbers")}
     members = [(f"{stem}/{n}", data) for n, data in files]
     members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
-                (f"{stem}/README.md", render(extras.readme, model=model, twin=values, answered=bool(answers),
+                (f"{stem}/README.md", render(extras.readme, model=of.model, twin=values, answered=bool(answers),
                                              **extras.context).encode()),
-                (f"{stem}/LICENSE", licence)]
+                (f"{stem}/LICENSE", of.licence)]
     return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ci_tools.compile.verify import Judging, check
+from ci_tools.compile.verify import Judging, Runs, check
 from ci_tools.errors import VerifyError
 from ci_tools.matrix.schema import Thresholds
 from tests.conftest import path_model, write_matrix
@@ -23,7 +23,7 @@ def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees(
     ref = [[state, np.array([[0.154]], np.float32)]]
     got = [[state.copy(), np.array([[0.087]], np.float32)]]
     with pytest.raises(Exception) as e:
-        check("t", ["state", "prob"], ref, got, FP16, 1.0)
+        check("t", ["state", "prob"], Runs(ref, got, emulator_seconds=1.0), FP16)
     assert "output 'prob'" in str(e.value) and "relative error" in str(e.value) and "0.154" in str(e.value)
     details = e.value.details
     assert details["worst_output"] == "prob" and details["per_output"]["state"]["failures"] == []
@@ -33,7 +33,7 @@ def test_a_small_output_that_disagrees_is_not_hidden_by_a_large_one_that_agrees(
 def test_each_threshold_at_its_boundary_per_precision():
     rng = np.random.default_rng(1)
     x = rng.standard_normal(1000)
-    from ci_tools.compile.verify import thresholds_for
+    from ci_tools.compile.verify import Runs, thresholds_for
     from ci_tools.matrix.schema import Options
 
     defaults = [thresholds_for(Options(), p) for p in ("fp16", "w8a16", "int8")]  # what builds use
@@ -46,10 +46,10 @@ def test_each_threshold_at_its_boundary_per_precision():
             noise *= np.linalg.norm(x) / np.linalg.norm(noise) / 10 ** ((snr + margin) / 20)
             got = (x + noise).astype(np.float32)
             if ok:
-                check("t", ["y"], [[x]], [[got]], th, 1.0)
+                check("t", ["y"], Runs([[x]], [[got]], emulator_seconds=1.0), th)
             else:
                 with pytest.raises(Exception, match="differs from CPU"):
-                    check("t", ["y"], [[x]], [[got]], th, 1.0)
+                    check("t", ["y"], Runs([[x]], [[got]], emulator_seconds=1.0), th)
 
 
 def test_nans_never_pass_on_the_absolute_tolerance():
@@ -57,18 +57,19 @@ def test_nans_never_pass_on_the_absolute_tolerance():
     got = ref.copy()
     got[3] = np.nan
     with pytest.raises(Exception, match="1 NaN/Inf values"):
-        check("t", ["y"], [[ref]], [[got]], FP16, 1.0)
+        check("t", ["y"], Runs([[ref]], [[got]], emulator_seconds=1.0), FP16)
     got[3] = 0.0  # all zero on both: a reference that is one constant proves nothing (an all-zero binary passes it)
     with pytest.raises(VerifyError, match="is not judged: CPU answers the constant 0 at all 64 positions"):
-        check("t", ["y"], [[ref]], [[got]], FP16, 1.0)
-    check("t", ["y"], [[ref]], [[got]], FP16, 1.0, how=Judging(constant_outputs=("y",)))  # declared so: judged
+        check("t", ["y"], Runs([[ref]], [[got]], emulator_seconds=1.0), FP16)
+    # declared so: judged
+    check("t", ["y"], Runs([[ref]], [[got]], emulator_seconds=1.0), FP16, how=Judging(constant_outputs=("y",)))
 
 
 @pytest.mark.parametrize("precision,words", [("fp16", "65504"), ("w8a16", "calibrate"), ("int8", "calibrate")])
 def test_failure_hints_fit_the_precision(precision, words):
     x = np.linspace(1, 2, 100)
     with pytest.raises(Exception) as e:
-        check("t", ["y"], [[x]], [[x[::-1].copy()]], FP16, 1.0,
+        check("t", ["y"], Runs([[x]], [[x[::-1].copy()]], emulator_seconds=1.0), FP16,
               how=Judging(precision=precision, inputs_note="generated: ..."))
     assert words in e.value.hint and "generated inputs only" in e.value.hint
     assert ("calibrat" in e.value.hint) == (precision != "fp16")

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from ci_tools.compile.verify import check, thresholds_for
+from ci_tools.compile.verify import Runs, check, thresholds_for
 from ci_tools.errors import VerifyError
 from ci_tools.matrix.schema import Options
 from ci_tools.util.metrics import compare
@@ -43,14 +43,15 @@ def test_check_fails_below_threshold_and_passes_above():
     good = [[ref[0][0] + 1e-4]]
     bad = [[ref[0][0][::-1].copy()]]
     t = thresholds_for(Options(), "fp16")
-    assert check("t", ["y"], ref, good, t, 0.1).parity.cosine > 0.999
+    assert check("t", ["y"], Runs(ref, good, emulator_seconds=0.1), t).parity.cosine > 0.999
     with pytest.raises(VerifyError, match="all-zero output would pass too"):  # within max_abs, but so is zero
-        check("t", ["y"], [[ref[0][0] * 1e-4]], [[ref[0][0][::-1] * 1e-4]], t, 0.1)
-    assert check("t", ["y"], [[ref[0][0] * 1e-2]], [[ref[0][0] * 1e-2 + 5e-4]], t, 0.1)  # within max_abs << peak
+        check("t", ["y"], Runs([[ref[0][0] * 1e-4]], [[ref[0][0][::-1] * 1e-4]], emulator_seconds=0.1), t)
+    # within max_abs << peak
+    assert check("t", ["y"], Runs([[ref[0][0] * 1e-2]], [[ref[0][0] * 1e-2 + 5e-4]], emulator_seconds=0.1), t)
     with pytest.raises(VerifyError, match="cosine"):
-        check("t", ["y"], ref, bad, t, 0.1)
+        check("t", ["y"], Runs(ref, bad, emulator_seconds=0.1), t)
     with pytest.raises(VerifyError, match="elements"):
-        check("t", ["y"], ref, [[np.zeros(3)]], t, 0.1)
+        check("t", ["y"], Runs(ref, [[np.zeros(3)]], emulator_seconds=0.1), t)
 
 
 def test_a_flat_answer_fails_where_the_output_varies_little_around_a_large_value():

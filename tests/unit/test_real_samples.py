@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ci_tools.compile.verify import Judging, check_streams, judge
+from ci_tools.compile.verify import Judging, Runs, check_streams, judge
 from ci_tools.errors import ConfigError
 from ci_tools.matrix.schema import Thresholds
 from tests.conftest import path_model
@@ -20,8 +20,9 @@ def test_a_stream_with_htp_garbage_fails_naming_the_output_the_sample_and_the_st
     htp = _streams([0.01, 0.2, 0.9, 0.95, 0.3, 0.05])
     htp[3][0] = np.array([[-98304.01]], np.float32)  # what HTP's Pow(-0, 2) cascade made of silero-vad
     with pytest.raises(Exception) as e:
-        check_streams("vad", ["output", "stateN"], ["speech.wav"], [cpu], [htp], TH,
-                      0.01, Judging(stream=VAD_STREAM))
+        check_streams("vad", ["output", "stateN"],
+                      Runs([cpu], [htp], sample_names=["speech.wav"], emulator_seconds=0.01), TH,
+                      Judging(stream=VAD_STREAM))
     msg = str(e.value)
     assert "output 'output'" in msg and "speech.wav step 3" in msg
     assert "outside [0, 1]" in msg and "beyond fp16" in msg
@@ -31,26 +32,30 @@ def test_one_ulp_above_one_is_in_range_and_decision_flips_count():
     probs = [0.1, 0.6, 0.9, 1.0, 0.4, 0.2] * 20
     cpu = _streams(probs)
     htp = _streams([float(np.nextafter(np.float32(p), np.float32(2))) for p in probs])  # HTP's +1 ulp
-    v = check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [htp], TH, 0.01, Judging(stream=VAD_STREAM))
+    v = check_streams("vad", ["output", "stateN"], Runs([cpu], [htp], sample_names=["a.wav"], emulator_seconds=0.01),
+                      TH, Judging(stream=VAD_STREAM))
     assert v.per_output["output"]["decision_flips"] == 0 and v.samples == len(probs)
     assert "state_drift" in v.per_output["stateN"]
     flipped = _streams([0.49 if p == 0.6 else p for p in probs])  # 20 of 120 decisions at 0.5 differ
     with pytest.raises(Exception) as e:
-        check_streams("vad", ["output", "stateN"], ["a.wav"], [cpu], [flipped], Thresholds(max_abs=0.2),
-                      0.01, Judging(stream=VAD_STREAM))
+        check_streams("vad", ["output", "stateN"],
+                      Runs([cpu], [flipped], sample_names=["a.wav"], emulator_seconds=0.01),
+                      Thresholds(max_abs=0.2), Judging(stream=VAD_STREAM))
     assert "20 of 120 decisions at 0.5 differ" in str(e.value)
 
 
 def test_a_declared_state_drift_bound_fails_the_stream_that_drifts():
     probs = [0.1, 0.6, 0.9] * 10
     cpu, htp = _streams(probs), _streams(probs, state_scale=1.005)  # HTP's state 0.5 % off at every step
-    v = check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH,
-                      0.01, Judging(stream=VAD_STREAM))
+    v = check_streams("vad", ["output", "stateN"],
+                      Runs([cpu, cpu], [cpu, htp], sample_names=["a.wav", "b.wav"], emulator_seconds=0.01),
+                      TH, Judging(stream=VAD_STREAM))
     assert abs(v.per_output["stateN"]["state_drift"] - 0.0045) < 1e-5  # recorded, not judged
     bounded = VAD_STREAM.model_copy(update={"max_drift": {"stateN": 0.002}})
     with pytest.raises(Exception, match=r"carried state drifts 0.0045 from CPU by the end of b.wav"):
-        check_streams("vad", ["output", "stateN"], ["a.wav", "b.wav"], [cpu, cpu], [cpu, htp], TH,
-                      0.01, Judging(stream=bounded))
+        check_streams("vad", ["output", "stateN"],
+                      Runs([cpu, cpu], [cpu, htp], sample_names=["a.wav", "b.wav"], emulator_seconds=0.01),
+                      TH, Judging(stream=bounded))
     per_stream = {(d["sample"], d["output"]) for d in v.per_sample}
     assert per_stream == {(a, b) for a in ("a.wav", "b.wav") for b in ("output", "stateN")}
 
@@ -127,7 +132,7 @@ def test_image_front_end_crops_keeps_the_ratio_pads_and_normalises_in_bgr(tmp_pa
 
 
 def test_argmax_outputs_are_judged_by_the_class_they_pick():
-    from ci_tools.compile.verify import check
+    from ci_tools.compile.verify import Runs, check
 
     rng = np.random.default_rng(3)
     ref = [[rng.dirichlet(np.ones(6), size=(1, 40)).astype(np.float32)] for _ in range(2)]
@@ -137,12 +142,12 @@ def test_argmax_outputs_are_judged_by_the_class_they_pick():
         s[0][np.arange(1)[:, None], np.arange(40)[None], k] += 1.0
     th = Thresholds(min_cosine=0.999, min_snr_db=20.0)
     with pytest.raises(Exception, match="cosine"):
-        check("rec", ["p"], ref, shifted, th, 0.1)
-    v = check("rec", ["p"], ref, shifted, th, 0.1, how=Judging(argmax={"p": 0.05}))
+        check("rec", ["p"], Runs(ref, shifted, emulator_seconds=0.1), th)
+    v = check("rec", ["p"], Runs(ref, shifted, emulator_seconds=0.1), th, how=Judging(argmax={"p": 0.05}))
     assert v.passed_by == "argmax" and v.per_output["p"]["argmax_flips"] == 0
     flipped = [[r[0][:, :, ::-1].copy()] for r in ref]  # another class almost everywhere
     with pytest.raises(Exception, match=r"positions pick another class than CPU .* worst sample"):
-        check("rec", ["p"], ref, flipped, th, 0.1, how=Judging(argmax={"p": 0.05}))
+        check("rec", ["p"], Runs(ref, flipped, emulator_seconds=0.1), th, how=Judging(argmax={"p": 0.05}))
 
 
 def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
@@ -177,7 +182,7 @@ def test_a_route_without_an_emulator_session_runs_a_stream_one_step_per_run():
 def test_an_output_that_mixes_scales_is_judged_by_declared_slice_and_every_sample_is_kept():
     """A detector head [1, anchors, 4 box pixels + 2 class scores]: the boxes (hundreds of pixels) hide class
     scores that HTP got wrong when the output is judged whole; judged by slice, the scores fail, named."""
-    from ci_tools.compile.verify import check
+    from ci_tools.compile.verify import Runs, check
     from ci_tools.errors import VerifyError
     from ci_tools.matrix.schema import OutputSlice
 
@@ -189,19 +194,21 @@ def test_an_output_that_mixes_scales_is_judged_by_declared_slice_and_every_sampl
         ref.append([np.concatenate([boxes, scores], axis=-1)])
         got.append([np.concatenate([boxes + 0.05, 1 - scores], axis=-1)])  # the classes swapped
     th = Thresholds(min_cosine=0.999, min_snr_db=20.0)
-    whole = check("det", ["output0"], ref, got, th, 0.1, sample_names=["a.jpg", "b.jpg", "c.jpg"])
+    whole = check("det", ["output0"], Runs(ref, got, sample_names=["a.jpg", "b.jpg", "c.jpg"], emulator_seconds=0.1),
+                  th)
     assert whole.per_output["output0"]["cosine"] > 0.999  # the boxes hide it
     assert [(d["sample"], d["output"]) for d in whole.per_sample] == [("a.jpg", "output0"), ("b.jpg", "output0"),
                                                                       ("c.jpg", "output0")]
     slices = {"output0": {"boxes": OutputSlice(stop=4), "scores": OutputSlice(start=4)}}
     with pytest.raises(VerifyError, match=r"output 'output0\[scores\]' differs from CPU on .\.jpg") as e:
-        check("det", ["output0"], ref, got, th, 0.1, sample_names=["a.jpg", "b.jpg", "c.jpg"],
+        check("det", ["output0"], Runs(ref, got, sample_names=["a.jpg", "b.jpg", "c.jpg"], emulator_seconds=0.1), th,
               how=Judging(slices=slices))
     numbers = {(d["sample"], d["output"]): d for d in e.value.details["per_sample"]}
     assert len(numbers) == 6 and numbers[("b.jpg", "output0[boxes]")]["passed"]
     assert not numbers[("b.jpg", "output0[scores]")]["passed"] and numbers[("b.jpg", "output0[scores]")]["cosine"] < 0.9
     with pytest.raises(ConfigError, match=r"options.slices.output0.scores: .*outside the output's shape \[1, 50, 6\]"):
-        check("det", ["output0"], ref, got, th, 0.1, how=Judging(slices={"output0": {"scores": OutputSlice(start=6)}}))
+        check("det", ["output0"], Runs(ref, got, emulator_seconds=0.1), th,
+              how=Judging(slices={"output0": {"scores": OutputSlice(start=6)}}))
 
 
 def test_prescale_runs_a_layernorm_on_a_scaled_input_with_the_same_output(tmp_path):
@@ -257,12 +264,12 @@ def test_the_range_check_watches_what_shape_inference_cannot_type(tmp_path):
 
 def test_every_samples_numbers_agree_with_the_verdict_of_an_argmax_output():
     """An output judged by the class it picks: its per-sample record passes or fails by that, not by cosine."""
-    from ci_tools.compile.verify import check
+    from ci_tools.compile.verify import Runs, check
 
     ref = [[np.array([[[0.1, 0.9], [0.8, 0.2], [0.3, 0.7]]], np.float32)] for _ in range(2)]
     got = [[np.array([[[0.4, 0.6], [0.6, 0.4], [0.45, 0.55]]], np.float32)] for _ in range(2)]  # same classes
-    v = check("rec", ["probs"], ref, got, Thresholds(min_cosine=0.999), 0.1, sample_names=["a.png", "b.png"],
-              how=Judging(argmax={"probs": 0.05}))
+    v = check("rec", ["probs"], Runs(ref, got, sample_names=["a.png", "b.png"], emulator_seconds=0.1),
+              Thresholds(min_cosine=0.999), how=Judging(argmax={"probs": 0.05}))
     assert v.passed_by == "argmax"
     assert [(d["sample"], d["passed"], d["judged_by"], d["flip_rate"]) for d in v.per_sample] == [
         ("a.png", True, "argmax", 0.0), ("b.png", True, "argmax", 0.0)]
@@ -301,9 +308,12 @@ def test_a_route_that_cannot_carry_state_in_one_process_carries_the_first_steps_
     assert abs(float(compiled[0][9][1][0, 0]) - (9 * 1.01 + 1)) < 1e-5
     reference = [outs for _, outs in ran]
     with pytest.raises(Exception, match=r"drifts 0.06\d* from CPU after step 4 of a.npz"):
-        check_streams("rnn", ["y", "stateN"], ["a.npz", "b.npz"], reference, compiled, TH, 0.01,
-                      Judging(stream=stream, carried=carried))
-    v = check_streams("rnn", ["y", "stateN"], ["a.npz", "b.npz"], reference, compiled, TH, 0.01,
+        check_streams("rnn", ["y", "stateN"],
+                      Runs(reference, compiled, sample_names=["a.npz", "b.npz"], emulator_seconds=0.01),
+                      TH, Judging(stream=stream, carried=carried))
+    v = check_streams("rnn", ["y", "stateN"],
+                      Runs(reference, compiled, sample_names=["a.npz", "b.npz"], emulator_seconds=0.01),
+                      TH,
                       Judging(stream=stream.model_copy(update={"max_drift": {}}), carried=carried))
     assert v.samples == 13 and v.per_output["stateN"]["state_drift_after_steps"] == 4
     assert "first 4 steps" in carried_note(NetRun(), ss) and carried_note(NetRun(), SimpleNamespace(
