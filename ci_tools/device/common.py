@@ -3,6 +3,7 @@ versions, and how a device's outputs are judged against CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,9 +62,16 @@ def select_targets(loaded: LoadedMatrix, report: BuildReport, soc, model) -> lis
 
 
 def prepared_for(report: BuildReport, r: TargetRecord) -> Prepared:
+    """The target's prepared graph: where the build kept it beside its output (``builder/kept.py``), else in the
+    prepare cache."""
+    from ..builder.kept import kept_graph
+
     for p in report.prepared:
         if p.get("model") == r.model and p.get("graph") == r.graph:
             prep = Prepared.load_dict(p)
+            kept = kept_graph(report.path.parent, prep)
+            if kept.is_file():
+                return dataclasses.replace(prep, path=kept)
             if prep.path.is_file():
                 return prep
     raise QnnReleaseError(f"{r.id}: the prepared graph is gone from the cache",
