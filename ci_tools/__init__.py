@@ -2,11 +2,14 @@
 
 The public Python API (imported lazily, so the CLI starts fast)::
 
-    from ci_tools import load_catalog, load_matrix, fetch_model
+    from ci_tools import load_catalog, load_matrix, fetch_model, AppNeeds, AdbPhone
+
+    fetch_model("acme/models@v1.0.0", "silero-vad", dest=Path("models"), soc="SM8750",
+                needs=AppNeeds(precision="fp16", runtime="2.40.0"))  # soc=AdbPhone(serial=None): the phone's chip
 
 and one package per stage, in the order data flows (docs/contributors.md: "How the code is laid out"):
 ``ci_tools.matrix.plan.make_plan``, ``ci_tools.builder.orchestrate.build``,
-``ci_tools.release.package.package``, ``ci_tools.release.publish.publish``.
+``ci_tools.release.package.package`` (with its ``PackageSettings``), ``ci_tools.release.publish.publish``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ _API = {
     "load_catalog": "ci_tools.catalog.socs",
     "load_matrix": "ci_tools.matrix.schema",
     "fetch_model": "ci_tools.release.fetch",
+    "AppNeeds": "ci_tools.release.fetch",
+    "AdbPhone": "ci_tools.release.fetch",
 }
 
 __all__ = ["__version__", *_API]

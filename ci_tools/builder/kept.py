@@ -1,18 +1,25 @@
 """What a build keeps in its output folder for the stages after it: each model's prepared graphs (with the QDQ
 graphs its quantized binaries were compiled from, written beside them) and its licence file. ``package`` copies
-them from here and needs neither the prepare cache nor the model's sources again. Hard links into the cache where
-the file system allows (no second copy of a large graph); each folder appears whole.
+its model archives and twins' graphs from here, and ``device-numbers`` its graphs, without the prepare cache or
+the model's sources. A graph is a hard link into the cache where the file system allows (no second copy of a
+large graph); its external weights (``*.data``) are copies of their own, because onnx refuses to read weights
+from a file with more than one hard link. Each graph's folder appears whole; one that is current is left alone.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-from ..compile.target_job import copy_atomic
 from ..prepare.graph import Prepared
-from ..util.files import write_atomic
+from ..sources.store import clone_file
+from ..util.files import replace_dir, write_atomic
 
 KEPT = "models"  # <out>/models/<model>/<graph>/ (the prepared folder) and <out>/models/<model>/LICENSE.source
+PREPARED_JSON = "prepared.json"
 
 
 def kept_graph(out: Path, prep: Prepared) -> Path:
@@ -24,13 +31,46 @@ def kept_licence(out: Path, model: str) -> Path:
     return out / KEPT / model / "LICENSE.source"
 
 
+def is_current(out: Path, prep: Prepared) -> bool:
+    """Whether the kept graph is the one the build report names (not one an earlier build of other graphs kept)."""
+    try:
+        kept = json.loads((kept_graph(out, prep).parent / PREPARED_JSON).read_text())
+    except (OSError, ValueError):
+        return False
+    return kept.get("sha256") == prep.sha256 and kept_graph(out, prep).is_file()
+
+
 def keep(out: Path, prepared: list[Prepared], licences: dict[str, Path]) -> None:
-    """Each prepared graph's folder, and each model's licence file (``licences``: model -> the source file)."""
+    """Each prepared graph's folder (its ONNX files, their weights, prepared.json), and each model's licence file
+    (``licences``: model -> the source file). Raises OSError as copying does (the caller says so)."""
     for prep in prepared:
+        src = prep.path.parent
+        names = [p.name for p in sorted(src.iterdir()) if _kept_file(p)] if src.is_dir() else []
+        if not names or (is_current(out, prep) and all((kept_graph(out, prep).parent / n).is_file() for n in names)):
+            continue
         dest = kept_graph(out, prep).parent
-        if prep.path.parent.is_dir():
-            copy_atomic(prep.path.parent, dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        try:
+            for name in names:
+                (clone_file if name.endswith(".data") else _link_or_copy)(src / name, tmp / name)
+            replace_dir(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     for model, path in licences.items():
         if path.is_file():
             write_atomic(kept_licence(out, model), path.read_bytes())
 
+
+def _kept_file(p: Path) -> bool:
+    """The files of a prepared folder later stages read: its graphs, their weights and prepared.json (no logs, no
+    temporaries of a build still writing there)."""
+    return p.is_file() and not p.name.startswith(".") and (
+        p.name == PREPARED_JSON or p.name.endswith((".onnx", ".onnx.data", ".data")))
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

@@ -35,7 +35,7 @@ from ..util.text import clip
 from .exports import model_sources
 from .gates import fp16_range_gate, trial_compile, unused_samples
 from .inputs import calibration, check_samples, generated, sample_set
-from .kept import keep
+from .kept import KEPT, keep
 from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
@@ -133,8 +133,12 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildRep
         "jobs": jobs,
     }
     report.work = work_ratio(ordered)
-    keep(out, run.prepared, run.licences)  # what package copies: the prepared graphs, the licence files
     report.write()
+    try:  # what package copies: the prepared graphs, the licence files (it falls back to the cache without them)
+        keep(out, run.prepared, run.licences)
+    except OSError as e:
+        print(f"warning: {out / KEPT}: could not keep the prepared graphs beside the build ({e}); package "
+              "reads them from the cache instead", file=sys.stderr)
     if interrupted:
         raise KeyboardInterrupt
     return report
@@ -322,7 +326,8 @@ class _Run:
             weight_scales=weight_scales(m.calibration.per_channel) if inputs.calibration_hash else None,
             precompiled=self.walk.precompiled[gp], precompile_run=_precompile_run(self.walk.precompiled[gp]),
             recipe_check=recipe.pending_note if recipe is not None else None,
-            inputs_note=recipe.inputs_note if recipe is not None else None)
+            inputs_note=recipe.inputs_note if recipe is not None else None,
+            graph_samples=recipe.graph_samples if recipe is not None else True)
 
     def _precompile(self, m: Model, t: Target, prep: Prepared, inputs: _Inputs) -> bool:
         """The chip-independent work, once per graph and precision, when some chip needs it; False when this

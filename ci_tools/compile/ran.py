@@ -30,8 +30,10 @@ class Ran:
     feeds: list[dict[str, np.ndarray]]
     outputs: list[list[np.ndarray]]  # CPU's answers, per entry, in ``output_names`` order
     output_names: list[str]
-    emulator: bool  # the HTP emulator ran these (False: generated for the archive's sample, CPU only)
+    emulator: bool  # the HTP emulator ran these (False: no emulator here, or a recipe's graph: CPU only)
+    real: bool = False  # the model's real samples (False: generated inputs)
     streams: bool = False  # a stateful graph's steps, each fed the state CPU carried into it
+    total: int = 0  # entries before they were thinned to MAX_ENTRIES and MAX_BYTES
 
 
 def keep_spread(count: int, sizes: list[int]) -> list[int]:
@@ -47,10 +49,13 @@ def write_ran(folder: Path, ran: Ran) -> None:
     """``ran.npz`` in a target's folder (the folder is still private to its job: written before it is finished)."""
     import io
 
-    pick = keep_spread(len(ran.feeds), [sum(a.nbytes for a in f.values()) for f in ran.feeds])
+    sizes = [sum(np.asarray(a).nbytes for a in f.values()) + sum(np.asarray(o).nbytes for o in outs)
+             for f, outs in zip(ran.feeds, ran.outputs)]  # inputs and CPU's answers: what the file holds
+    pick = keep_spread(len(ran.feeds), sizes)
     arrays: dict[str, np.ndarray] = {"names": np.array([ran.names[i] for i in pick]),
                                      "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator),
-                                     "streams": np.array(ran.streams)}
+                                     "real": np.array(ran.real), "streams": np.array(ran.streams),
+                                     "total": np.array(ran.total or len(ran.feeds))}
     for j, i in enumerate(pick):
         arrays.update({f"in/{j}/{k}": np.asarray(v) for k, v in ran.feeds[i].items()})
         arrays.update({f"out/{j}/{n}": np.asarray(o) for n, o in enumerate(ran.outputs[i])})
@@ -78,7 +83,7 @@ def read_ran(folder: Path) -> Ran | None:
                 else:
                     outputs[int(i)][int(name)] = z[key]
         return Ran(names=names, feeds=feeds, outputs=outputs, output_names=output_names, emulator=bool(z["emulator"]),
-                   streams=bool(z["streams"]))
+                   real=bool(z["real"]), streams=bool(z["streams"]), total=int(z["total"]))
 
 
 def no_expectation(output_names: list[str], expected: list[np.ndarray], constant_ok: list[str]) -> str | None:

@@ -6,6 +6,7 @@ The folder is assembled under a temporary name and renamed into place with its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -14,17 +15,18 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from ..catalog.socs import Soc
 from ..errors import QnnReleaseError, VerifyError
-from ..matrix.schema import Options
+from ..matrix.schema import Options, Stream
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
 from ..util.files import replace_dir, write_json
 from ..util.text import clip, step_done
-from .ran import SAMPLE_TRIES, Ran, no_expectation, write_ran
+from .ran import RAN_FILE, SAMPLE_TRIES, Ran, no_expectation, write_ran
 from .records import CACHED, FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
 
 FAILED_DIR = "failed"  # <out>/failed/<target id>/: the work folder of a failed target, kept for its logs
@@ -60,6 +62,7 @@ class TargetSpec:
     # store; the target's folder is written with the recipe's verdict (``finalize``), never before it.
     recipe_check: str | None = None
     sample_set: SampleSet | None = None  # the model's real samples for this graph (streams for a stateful one)
+    graph_samples: bool = True  # its archives carry sample/ from its ran.npz (False: the recipe ships its own)
 
 
 def _link_binaries(src: str, dst: str) -> None:
@@ -183,7 +186,7 @@ def _built(spec: TargetSpec, backend, tmp: Path, who: dict, start: float) -> Tar
         inputs_note = spec.inputs_note or inputs_note
     else:
         verification, note = _verify(spec, backend, job, result, inputs_note), ""
-    if verification is None:  # nothing ran on an emulator: the archive's sample is a generated input
+    if not (tmp / RAN_FILE).is_file() and spec.graph_samples:  # not verified here: a generated sample, on CPU
         write_ran(tmp, _generated_sample(spec))
     return TargetRecord.make(**who, **_compiled(spec, backend, result, tmp), compile_reused=reused,
                              verify_inputs=inputs_note,
@@ -299,48 +302,26 @@ def forget(folder: Path) -> None:
 def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     """Run the binary on the emulator and judge it against CPU: (Verification, emulator seconds in all),
     or None when the route has no emulator here."""
-    from .backends import NoEmulator
-    from .verify import Judging, Runs, check, check_streams, thresholds_for
+    from .verify import Judging, Runs, check, thresholds_for
 
     th = thresholds_for(spec.options, spec.precision)
     names = [o.name for o in spec.prepared.outputs]
     ss = spec.sample_set
     if ss is not None and ss.stream is not None:
-        cpu = cpu_session(spec.prepared.path)
-        ran = [run_stream(lambda f: cpu.run(None, f), steps, ss.stream.carry, names) for _, steps in ss.streams]
-        reference = [outs for _, outs in ran]
-        # each step as CPU fed it (its carried state): what a failure is bisected on
-        step_feeds = {f"{name} step {i}": f for (name, _), (fed, _) in zip(ss.streams, ran) for i, f in enumerate(fed)}
-        start = time.monotonic()
-        try:
-            compiled, carried = _run_streams(backend, job, result, ss, [fed for fed, _ in ran], names)
-        except NoEmulator:
-            return None
-        total = time.monotonic() - start
-        steps = sum(len(st) for _, st in ss.streams)
-        how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note, stream=ss.stream,
-                         carried=carried)
-        try:
-            runs = Runs(reference, compiled, sample_names=[n for n, _ in ss.streams],
-                        emulator_seconds=total / max(1, steps))
-            v = check_streams(spec.target_id, names, runs, th, how)
-        except VerifyError as e:  # bisected on the worst step, fed the state CPU carried into it
-            bisect_failure(spec, job, result, e, step_feeds, th)
-            raise
-        write_ran(job.out_dir, Ran(names=list(step_feeds), feeds=list(step_feeds.values()),
-                                   outputs=[o for outs in reference for o in outs], output_names=names, emulator=True,
-                                   streams=True))
-        return v, total
+        return _verify_streams(spec, backend, job, result, inputs_note, th)
     if ss is not None:
         feeds, sample_names = ss.feeds, [n for n, _ in ss.streams]
     else:
         feeds = generate_inputs(spec.prepared.inputs, count=2, seed=spec.seed + 1, ranges=spec.prepared.input_ranges)
         sample_names = [f"generated sample {i}" for i in range(len(feeds))]
+    expected = run_cpu(spec.prepared.path, feeds)
+    kept = Ran(names=sample_names, feeds=feeds, outputs=expected, output_names=names, emulator=True,
+               real=ss is not None, total=len(feeds))
     ran = backend.run(job, result, feeds)
-    if ran is None:
+    if ran is None:  # CPU's answers are kept all the same: the archive's sample/, a device's inputs
+        write_ran(job.out_dir, dataclasses.replace(kept, emulator=False))
         return None
     outputs, emu_seconds = ran
-    expected = run_cpu(spec.prepared.path, feeds)
     how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note,
                      argmax=ss.argmax if ss is not None else None)
     try:
@@ -350,8 +331,46 @@ def _verify(spec: TargetSpec, backend, job, result, inputs_note: str):
     except VerifyError as e:
         bisect_failure(spec, job, result, e, dict(zip(sample_names, feeds)), th)
         raise
-    write_ran(job.out_dir, Ran(names=sample_names, feeds=feeds, outputs=expected, output_names=names, emulator=True))
+    write_ran(job.out_dir, kept)
     return v, emu_seconds * len(feeds)
+
+
+def _verify_streams(spec: TargetSpec, backend, job, result, inputs_note: str, th):
+    """A stateful graph's streams run on the emulator, each side carrying its own state, judged over their steps:
+    (Verification, emulator seconds in all), or None when the route has no emulator here."""
+    from .backends import NoEmulator
+    from .verify import Judging, Runs, check_streams
+
+    names = [o.name for o in spec.prepared.outputs]
+    ss = cast(SampleSet, spec.sample_set)
+    stream = cast(Stream, ss.stream)
+    cpu = cpu_session(spec.prepared.path)
+    ran = [run_stream(lambda f: cpu.run(None, f), steps, stream.carry, names) for _, steps in ss.streams]
+    reference = [outs for _, outs in ran]
+    # each step as CPU fed it (its carried state): what a failure is bisected on
+    step_feeds = {f"{name} step {i}": f for (name, _), (fed, _) in zip(ss.streams, ran) for i, f in enumerate(fed)}
+    start = time.monotonic()
+    kept = Ran(names=list(step_feeds), feeds=list(step_feeds.values()),
+               outputs=[o for outs in reference for o in outs], output_names=names, emulator=True, real=True,
+               streams=True, total=len(step_feeds))
+    try:
+        compiled, carried = _run_streams(backend, job, result, ss, [fed for fed, _ in ran], names)
+    except NoEmulator:
+        write_ran(job.out_dir, dataclasses.replace(kept, emulator=False))
+        return None
+    total = time.monotonic() - start
+    steps = sum(len(st) for _, st in ss.streams)
+    how = Judging.of(spec.options, precision=spec.precision, inputs_note=inputs_note, stream=stream,
+                     carried=carried)
+    try:
+        runs = Runs(reference, compiled, sample_names=[n for n, _ in ss.streams],
+                    emulator_seconds=total / max(1, steps))
+        v = check_streams(spec.target_id, names, runs, th, how)
+    except VerifyError as e:  # bisected on the worst step, fed the state CPU carried into it
+        bisect_failure(spec, job, result, e, step_feeds, th)
+        raise
+    write_ran(job.out_dir, kept)
+    return v, total
 
 
 def _generated_sample(spec: TargetSpec) -> Ran:
@@ -367,7 +386,7 @@ def _generated_sample(spec: TargetSpec) -> Ran:
         if fault is None:
             break
     return Ran(names=[f"generated sample (seed {spec.seed + 7 + attempt})"], feeds=feeds, outputs=expected,
-               output_names=names, emulator=False)
+               output_names=names, emulator=False, real=False, total=1)
 
 
 STREAM_QUIET_SECONDS = 10  # a stream check shorter than this prints nothing of its own

@@ -64,14 +64,13 @@ def select_targets(loaded: LoadedMatrix, report: BuildReport, soc, model) -> lis
 def prepared_for(report: BuildReport, r: TargetRecord) -> Prepared:
     """The target's prepared graph: where the build kept it beside its output (``builder/kept.py``), else in the
     prepare cache."""
-    from ..builder.kept import kept_graph
+    from ..builder.kept import is_current, kept_graph
 
     for p in report.prepared:
         if p.get("model") == r.model and p.get("graph") == r.graph:
             prep = Prepared.load_dict(p)
-            kept = kept_graph(report.path.parent, prep)
-            if kept.is_file():
-                return dataclasses.replace(prep, path=kept)
+            if is_current(report.path.parent, prep):
+                return dataclasses.replace(prep, path=kept_graph(report.path.parent, prep))
             if prep.path.is_file():
                 return prep
     raise QnnReleaseError(f"{r.id}: the prepared graph is gone from the cache",

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from ..compile.ran import read_ran
-from ..compile.records import REAL, BuildReport
+from ..compile.records import BuildReport
 from ..errors import PackageError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared, cpu_session
@@ -78,9 +78,9 @@ def _feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, 
         if r.model == m.name and r.graph == prep.graph and r.built:
             ran = read_ran(report.path.parent / r.id)
             if ran is not None:
-                real = r.verified_on == REAL
-                what = (r.verify_inputs or "real samples") if real else f"{len(ran.feeds)} generated inputs"
+                what = (r.verify_inputs or "real samples") if ran.real else f"{ran.total} generated inputs"
                 how = "; each step with the state CPU carries into it" if ran.streams else ""
-                return ran.names, ran.feeds, ran.outputs, f"{what}{how}", real
+                kept = f"; {len(ran.feeds)} of them, spread evenly" if ran.total > len(ran.feeds) else ""
+                return ran.names, ran.feeds, ran.outputs, f"{what}{how}{kept}", ran.real
     raise PackageError(f"{m.name}/{prep.graph}: no target of the build keeps what its verification ran (ran.npz)",
                        hint="run `qnn-release build` again: it verifies the targets again and keeps their compiles")

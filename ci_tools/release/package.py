@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, cast
 
 from .. import __version__
-from ..builder.kept import kept_graph, kept_licence
+from ..builder.kept import KEPT, is_current, kept_graph, kept_licence
 from ..compile import qnn_ep
 from ..compile.ran import Ran
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
@@ -209,13 +209,18 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         soc = max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
         meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
         preps = [job.prepared[(name, g.name)] for g in model.graphs]
+        gone = [p.graph for p in preps if not p.path.is_file()]
+        if gone:  # a twin ships the graphs themselves
+            raise PackageError(f"{name}: the prepared graph of {', '.join(gone)} is neither beside the build "
+                               f"({job.out / KEPT}) nor in the cache", hint="run `qnn-release build` again "
+                               "(nothing recompiles)")
         if recipe_for(model) is not None:
             for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
                 out += _recipe_twin(job, model, preps, soc, _licence(job.out, model, meta), quantized)
             continue
         for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
-            archive, values = twin_archive(job.tmp, TwinOf(model, soc, _licence(job.out, model, meta)), preps,
-                                           partial(samples, model), quantized)
+            of = TwinOf(model, soc, _licence(job.out, model, meta), job.cache)
+            archive, values = twin_archive(job.tmp, of, preps, partial(samples, model), quantized)
             out.append(_twin_asset(archive, values))
     return out
 
@@ -245,7 +250,8 @@ def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licen
                                              precision=quantized[0] if quantized else "float"))
     if extras is None:
         return []
-    return [_twin_asset(*recipe_twin_archive(job.tmp, TwinOf(model, soc, licence), extras, graphs, quantized))]
+    of = TwinOf(model, soc, licence, job.cache)
+    return [_twin_asset(*recipe_twin_archive(job.tmp, of, extras, graphs, quantized))]
 
 
 def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]) -> list[tuple[str, dict]]:
@@ -600,8 +606,7 @@ def _asset(cls: type, /, **values):
 
 def _kept(out: Path, prep: Prepared) -> Prepared:
     """A prepared graph where the build kept it in ``out`` (``builder/kept.py``), when it did."""
-    kept = kept_graph(out, prep)
-    return dataclasses.replace(prep, path=kept) if kept.is_file() else prep
+    return dataclasses.replace(prep, path=kept_graph(out, prep)) if is_current(out, prep) else prep
 
 
 def _licence(out: Path, model: Model, meta: Metadata) -> bytes:

@@ -60,6 +60,11 @@ class TwinOf:
     model: Any
     soc: Any  # catalog Soc
     licence: bytes = b""
+    cache: Path | None = None  # the build's cache: the measurements are kept in its twins/ (None: the default one)
+
+    @property
+    def measured(self) -> Path:
+        return (self.cache or default_cache()) / "twins"
 
 
 def measure(graph: Path, of: TwinOf, inputs: TwinInputs, outputs: list[str], precision: str = "fp16",
@@ -86,7 +91,7 @@ def measure(graph: Path, of: TwinOf, inputs: TwinInputs, outputs: list[str], pre
         for k in sorted(f):
             h.update(k.encode() + np.ascontiguousarray(f[k]).tobytes())
     key = h.hexdigest()
-    cached = default_cache() / "twins" / f"{key}.json"
+    cached = of.measured / f"{key}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
@@ -185,7 +190,7 @@ def twin_archive(tmp: Path, of: TwinOf, preps: list, samples: Callable[[Any], Gr
         entry = sample_entry(got.ran, prep, of.model.options.constant_outputs)
         inputs = got.real or TwinInputs(  # the archive's sample input
             feeds=[got.ran.feeds[entry]], names=[f"the archive's sample ({got.ran.names[entry]})"],
-            note=f"{'generated: ' if not got.ran.emulator else ''}the archive's sample input")
+            note=f"{'generated: ' if not got.ran.real else ''}the archive's sample input")
         outputs = [o.name for o in prep.outputs]
         j = measure(graph, of, inputs, outputs, precision, prep.path) if quantized else \
             measure(prep.path, of, inputs, outputs)
@@ -220,7 +225,7 @@ def recipe_twin_archive(tmp: Path, of: TwinOf, extras, graphs: dict[str, Path],
     files: list[tuple[str, Path | bytes]] = list(extras.members)
     for graph, path in graphs.items():
         files += _with_weights(extras.graph_files[graph], path)
-    run, answers = _measure_recipe(of.model.name, files + reference, extras.check, of.soc)
+    run, answers = _measure_recipe(of, files + reference, extras.check)
     files += answers
     shared = {k: run[k] for k in ("peak_memory_mb", "memory_before_mb", "verified", "passed_by", "failure")
               if k in run} | {"soc": of.soc.name}
@@ -271,7 +276,7 @@ def _tensors(graph):
                 yield from _tensors(g)
 
 
-def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: list[str], soc
+def _measure_recipe(of: TwinOf, files: list[tuple[str, Path | bytes]], check: list[str]
                     ) -> tuple[dict, list[tuple[str, Path]]]:
     """The recipe's check of its twin in a process of its own (its JSON line, with the QNN version), and the sample
     answers it wrote (``sample/<name>``); cached by every file's bytes, the check, the chip and the EP's version."""
@@ -290,11 +295,11 @@ def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: lis
 
     spec = importlib.util.find_spec(check[0])  # the check's own code: a change to its judging measures again
     code = sha256_file(Path(spec.origin)) if spec and spec.origin else None
-    h = hashlib.sha256(json.dumps([TWIN_VERSION, check, code, soc.soc_model, soc.htp_arch, version]).encode())
+    h = hashlib.sha256(json.dumps([TWIN_VERSION, check, code, of.soc.soc_model, of.soc.htp_arch, version]).encode())
     for name, data in sorted(files, key=lambda f: f[0]):
         h.update(name.encode() + b"\0" + (hashlib.sha256(data).hexdigest() if isinstance(data, bytes)
                                           else sha256_file(data)).encode())
-    done = default_cache() / "twins" / h.hexdigest()
+    done = of.measured / h.hexdigest()
     if not (done / "run.json").is_file():
         with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
             folder, out = Path(tmp) / "twin", Path(tmp) / "answers"
@@ -305,12 +310,12 @@ def _measure_recipe(what: str, files: list[tuple[str, Path | bytes]], check: lis
                     (folder / name).write_bytes(data)
                 else:
                     os.symlink(Path(data).resolve(), folder / name)
-            r = cmd.run([sys.executable, "-m", check[0], str(folder), str(soc.soc_model), str(soc.htp_arch),
+            r = cmd.run([sys.executable, "-m", check[0], str(folder), str(of.soc.soc_model), str(of.soc.htp_arch),
                          str(out), *check[1:]], capture_output=True, text=True, timeout=3600, cwd=folder)
             lines = r.stdout.strip().splitlines()
             if r.returncode != 0 or not lines:
                 last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no output"
-                raise PackageError(f"{what}: the twin could not be run through the QNN EP: {clip(last, 300)}",
+                raise PackageError(f"{of.model.name}: the twin could not be run through the QNN EP: {clip(last, 300)}",
                                    hint="run `qnn-release build` again; its float graphs must compile for the chip")
             write_json(out / "run.json", {**json.loads(lines[-1]), "qnn_version": version})
             done.parent.mkdir(parents=True, exist_ok=True)
