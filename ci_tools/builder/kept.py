@@ -8,15 +8,15 @@ from a file with more than one hard link. Each graph's folder appears whole; one
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from ..prepare.graph import Prepared
 from ..sources.store import clone_file
-from ..util.files import replace_dir, write_atomic
+from ..util.files import link_or_copy, replace_dir, write_atomic
 
 KEPT = "models"  # <out>/models/<model>/<graph>/ (the prepared folder) and <out>/models/<model>/LICENSE.source
 PREPARED_JSON = "prepared.json"
@@ -40,6 +40,12 @@ def is_current(out: Path, prep: Prepared) -> bool:
     return kept.get("sha256") == prep.sha256 and kept_graph(out, prep).is_file()
 
 
+def kept_or_cached(out: Path, prep: Prepared) -> Prepared:
+    """A prepared graph where the build kept it beside ``out``, when that is the one the report names; else as the
+    report says (in the prepare cache)."""
+    return dataclasses.replace(prep, path=kept_graph(out, prep)) if is_current(out, prep) else prep
+
+
 def keep(out: Path, prepared: list[Prepared], licences: dict[str, Path]) -> None:
     """Each prepared graph's folder (its ONNX files, their weights, prepared.json), and each model's licence file
     (``licences``: model -> the source file). Raises OSError as copying does (the caller says so)."""
@@ -53,7 +59,7 @@ def keep(out: Path, prepared: list[Prepared], licences: dict[str, Path]) -> None
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
         try:
             for name in names:
-                (clone_file if name.endswith(".data") else _link_or_copy)(src / name, tmp / name)
+                (clone_file if name.endswith(".data") else link_or_copy)(src / name, tmp / name)
             replace_dir(tmp, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -67,10 +73,3 @@ def _kept_file(p: Path) -> bool:
     temporaries of a build still writing there)."""
     return p.is_file() and not p.name.startswith(".") and (
         p.name == PREPARED_JSON or p.name.endswith((".onnx", ".onnx.data", ".data")))
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)

@@ -36,10 +36,11 @@ class Ran:
     total: int = 0  # entries before they were thinned to MAX_ENTRIES and MAX_BYTES
 
 
-def keep_spread(count: int, sizes: list[int]) -> list[int]:
-    """The entries kept of ``count``: at most MAX_ENTRIES and MAX_BYTES, spread evenly so every sample is seen."""
-    per = max(1, max(sizes, default=1))
-    keep = min(count, MAX_ENTRIES, max(1, MAX_BYTES // per))
+def keep_spread(sizes: list[int], max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> list[int]:
+    """The entries kept of those of ``sizes`` (bytes each): at most ``max_entries`` and ``max_bytes``, spread evenly
+    so every sample is seen."""
+    count = len(sizes)
+    keep = min(count, max_entries, max(1, max_bytes // max(1, max(sizes, default=1))))
     if keep >= count:
         return list(range(count))
     return sorted(set(np.linspace(0, count - 1, keep).round().astype(int).tolist()))
@@ -51,7 +52,7 @@ def write_ran(folder: Path, ran: Ran) -> None:
 
     sizes = [sum(np.asarray(a).nbytes for a in f.values()) + sum(np.asarray(o).nbytes for o in outs)
              for f, outs in zip(ran.feeds, ran.outputs)]  # inputs and CPU's answers: what the file holds
-    pick = keep_spread(len(ran.feeds), sizes)
+    pick = keep_spread(sizes)
     arrays: dict[str, np.ndarray] = {"names": np.array([ran.names[i] for i in pick]),
                                      "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator),
                                      "real": np.array(ran.real), "streams": np.array(ran.streams),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import QnnReleaseError
-from ..recipes import RECIPES
+from ..recipes import lift_recipe_result
 from ..util.files import write_json
 
 TARGET_FILE = "target.json"
@@ -118,7 +118,7 @@ class TargetRecord:
 
     @classmethod
     def _split(cls, values: Mapping[str, Any]) -> TargetRecord:
-        values = _recipe_result(values)
+        values = lift_recipe_result(values)
         known = {k: v for k, v in values.items() if k in _FIELDS}
         details = {k: v for k, v in values.items() if k not in _FIELDS}
         return cls(**known, details=details, nulls=frozenset(k for k, v in known.items() if v is None))
@@ -139,19 +139,6 @@ class TargetRecord:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TargetRecord) if f.name not in ("details", "nulls"))
-
-
-def _recipe_result(values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A record written before a recipe's result was one tagged field (``recipe``) kept it under a key named after
-    the recipe's kind: read the same, so that an earlier build's verdict is neither lost nor judged again."""
-    legacy = {k: v for k, v in values.items() if k in RECIPES and (v is None or isinstance(v, dict))}
-    if not legacy:
-        return values
-    rest = {k: v for k, v in values.items() if k not in legacy}
-    kind = next((k for k, v in legacy.items() if v is not None), None)
-    if kind is None or "recipe" in values:
-        return rest
-    return {**rest, "recipe": {"kind": kind, **(legacy[kind] or {})}}
 
 
 def _refuse_unknown(values: Mapping[str, Any]) -> None:

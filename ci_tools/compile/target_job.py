@@ -24,7 +24,7 @@ from ..errors import QnnReleaseError, VerifyError
 from ..matrix.schema import Options, Stream
 from ..prepare.graph import Prepared, cpu_session, generate_inputs, generated_inputs_note, run_cpu
 from ..sources.samples import SampleSet, run_stream
-from ..util.files import replace_dir, write_json
+from ..util.files import link_or_copy, replace_dir, write_json
 from ..util.text import clip, step_done
 from .ran import RAN_FILE, SAMPLE_TRIES, Ran, no_expectation, write_ran
 from .records import CACHED, FAILED, GENERATED, OK, REAL, TARGET_FILE, TargetRecord, write_target
@@ -69,15 +69,8 @@ def _link_binaries(src: str, dst: str) -> None:
     """Hard-link the context binaries (large, never written after the compile), copy everything else: a route
     may rewrite its logs while verifying (qairt's context-binary-utility), which must not reach another copy."""
     if src.endswith(".bin"):
-        _link_or_copy(src, dst)
+        link_or_copy(src, dst)
     else:
-        shutil.copy2(src, dst)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
         shutil.copy2(src, dst)
 
 
@@ -86,7 +79,7 @@ def copy_atomic(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
+        shutil.copytree(src, tmp / "t", copy_function=link_or_copy)
         replace_dir(tmp / "t", dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -101,7 +94,7 @@ def finalize(src: Path, dest: Path, record: TargetRecord) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        shutil.copytree(src, tmp / "t", copy_function=_link_or_copy)
+        shutil.copytree(src, tmp / "t", copy_function=link_or_copy)
         # a new file (write, then rename): the link to src's target.json goes. "cached" says where this build
         # found it; the folder says what it is
         write_target(tmp / "t", record.with_(status=OK) if record.status == CACHED else record)

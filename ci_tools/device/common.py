@@ -3,7 +3,6 @@ versions, and how a device's outputs are judged against CPU."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,13 +63,11 @@ def select_targets(loaded: LoadedMatrix, report: BuildReport, soc, model) -> lis
 def prepared_for(report: BuildReport, r: TargetRecord) -> Prepared:
     """The target's prepared graph: where the build kept it beside its output (``builder/kept.py``), else in the
     prepare cache."""
-    from ..builder.kept import is_current, kept_graph
+    from ..builder.kept import kept_or_cached
 
     for p in report.prepared:
         if p.get("model") == r.model and p.get("graph") == r.graph:
-            prep = Prepared.load_dict(p)
-            if is_current(report.path.parent, prep):
-                return dataclasses.replace(prep, path=kept_graph(report.path.parent, prep))
+            prep = kept_or_cached(report.path.parent, Prepared.load_dict(p))
             if prep.path.is_file():
                 return prep
     raise QnnReleaseError(f"{r.id}: the prepared graph is gone from the cache",

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..compile.ran import read_ran
+from ..compile.ran import keep_spread, read_ran
 from ..compile.records import BuildReport
 from ..errors import PackageError
 from ..matrix.schema import LoadedMatrix, Model
@@ -51,10 +51,8 @@ def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Pre
     takes what its verification ran (``ran.npz``, CPU's answers beside it: nothing is computed again); a recipe's
     graph takes the recipe's inputs."""
     names, feeds, reference, note, real = _feeds(loaded, report, m, prep, cache)
-    per = max(1, sum(a.nbytes for a in feeds[0].values())) if feeds else 1
-    keep = min(len(feeds), max_entries, max(1, MAX_BYTES // per))
-    if keep < len(feeds):
-        pick = sorted(set(np.linspace(0, len(feeds) - 1, keep).round().astype(int).tolist()))
+    pick = keep_spread([sum(a.nbytes for a in f.values()) for f in feeds], max_entries, MAX_BYTES)
+    if len(pick) < len(feeds):
         names, feeds = [names[i] for i in pick], [feeds[i] for i in pick]
         reference = [reference[i] for i in pick] if reference is not None else None
         note += f"; {len(pick)} of them, spread evenly"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -117,12 +118,17 @@ class DeviceFeeds:
     real: bool  # recorded/real data (True) or synthetic
 
 
-class Tagged(BaseModel):
+class Frozen(BaseModel):
+    """A part of a recipe's records: frozen, no unknown keys (what a recipe's data models derive from)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tagged(Frozen):
     """A recipe's part of a generic record: a mapping tagged with the recipe's ``kind``, validated by the model
     the recipe gives for it (the Recipe attribute ``part``). A recipe's model subclasses one of the bases below
     with ``kind: Literal["<its kind>"]``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     part: ClassVar[str] = ""
     kind: str
 
@@ -173,6 +179,18 @@ class RecipeFigures(Tagged):
 def figures_text(figures: RecipeFigures) -> str:
     """A device's figures for a recipe's model, in the recipe's own words (the notes, the page)."""
     return get_recipe(figures.kind).device_text(figures.model_dump(mode="json"))
+
+
+def lift_recipe_result(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record (target.json) or metadata.json as this version writes it: an earlier one kept a recipe's result
+    under a key named after the recipe's kind (``"transcript": {...}``, the others ``null``); it is the tagged
+    ``recipe`` now, so that an earlier build's verdict is neither lost nor judged again."""
+    legacy = {k: v for k, v in values.items() if k in RECIPES and (v is None or isinstance(v, dict))}
+    rest = {k: v for k, v in values.items() if k not in legacy}
+    kind = next((k for k, v in legacy.items() if v is not None), None)
+    if kind is None or "recipe" in values:
+        return rest
+    return {**rest, "recipe": {"kind": kind, **(legacy[kind] or {})}}
 
 
 def tagged_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,13 @@ describes, in words, how a client picks an asset.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..device.numbers import OnDevice
+from ..errors import PackageError, QnnReleaseError
 from ..paths import PACKAGE
 from ..recipes import tagged_schema
 from ..util.precision import PRECISIONS, Precision
@@ -169,3 +171,20 @@ def json_schema() -> str:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "qnn-release manifest.json"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def read_manifest(path: Path, error: type[QnnReleaseError] = PackageError) -> Manifest:
+    """A packaged release's manifest.json, read by its model; anything else is one line naming the key, raised as
+    the caller's ``error`` (package: PackageError, publish: PublishError)."""
+    import pydantic
+
+    from ..util.validation import first_error
+
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except OSError as e:
+        raise error(f"{path}: cannot read it: {e.strerror or e}") from None
+    except pydantic.ValidationError as e:
+        where, msg = first_error(e)
+        raise error(f"{path}: not a manifest this version reads (at {where or '(top level)'}: {msg})",
+                    hint="package the release again with this qnn-release; never edit a packaged release") from None

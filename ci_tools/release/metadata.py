@@ -9,7 +9,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsA
 
 from ..device.numbers import DeviceRun, OnDevice
 from ..paths import PACKAGE
-from ..recipes import RECIPES, RecipeResult, tagged_schema
+from ..recipes import RecipeResult, lift_recipe_result, tagged_schema
 from ..util.precision import Precision
 
 SCHEMA_FILE = PACKAGE / "schemas" / "metadata.schema.json"
@@ -159,9 +159,8 @@ class Metadata(_M):
 def recipe_result(meta: dict[str, Any]) -> dict[str, Any] | None:
     """An archive's recipe result as read from its metadata.json, of this version (``recipe``) or an older one
     (a top-level key named after the recipe's kind, version 2)."""
-    if isinstance(meta.get("recipe"), dict):
-        return meta["recipe"]
-    return next(({"kind": k, **meta[k]} for k in RECIPES if isinstance(meta.get(k), dict)), None)
+    result = lift_recipe_result(meta).get("recipe")
+    return result if isinstance(result, dict) else None
 
 
 def json_schema() -> str:

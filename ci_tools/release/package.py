@@ -7,7 +7,6 @@ than the qnn-libs shipped beside them, or for another chip than their name says.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, cast
 
 from .. import __version__
-from ..builder.kept import KEPT, is_current, kept_graph, kept_licence
+from ..builder.kept import KEPT, kept_licence, kept_or_cached
 from ..compile import qnn_ep
 from ..compile.ran import Ran
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
@@ -139,9 +138,9 @@ def package(out: Path, settings: PackageSettings | None = None) -> PackageResult
     try:
         libs, libs_name = _qnn_libs(s.qnn_sdk, archs, tmp)
         assets: list[ModelAsset | LibsAsset | TwinAsset] = list(libs)
+        prepared = {(p["model"], p["graph"]): kept_or_cached(out, Prepared.load_dict(p)) for p in report.prepared}
         job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, targets=targets, compiled=compiled,
-                        libs_name=libs_name,
-                        prepared={(p["model"], p["graph"]): _kept(out, Prepared.load_dict(p)) for p in report.prepared},
+                        libs_name=libs_name, prepared=prepared,
                         device=_device_numbers(out, loaded, s.device_numbers, complete),
                         cache=s.cache or default_cache())
         metas: dict[str, Metadata] = {}  # archive name -> its metadata.json, for the release page
@@ -602,11 +601,6 @@ def _asset(cls: type, /, **values):
     except pydantic.ValidationError as e:
         where, msg = first_error(e)
         raise PackageError(f"manifest.json would break its schema at {where}: {msg}") from None
-
-
-def _kept(out: Path, prep: Prepared) -> Prepared:
-    """A prepared graph where the build kept it in ``out`` (``builder/kept.py``), when it did."""
-    return dataclasses.replace(prep, path=kept_graph(out, prep)) if is_current(out, prep) else prep
 
 
 def _licence(out: Path, model: Model, meta: Metadata) -> bytes:

@@ -29,7 +29,7 @@ from ..recipes import RecipeResult, figures_text, get_recipe
 from ..sources.store import sha256_file
 from ..util.files import write_atomic
 from ..util.validation import first_error
-from .manifest import PRECISION_ORDER, Manifest, ModelAsset
+from .manifest import PRECISION_ORDER, Manifest, ModelAsset, read_manifest
 from .metadata import Metadata
 
 PAGE = "index.html"
@@ -356,7 +356,7 @@ def report(path: Path, repo: str | None = None) -> Path:
         folder = release_dir(Path(path))
     except Exception as e:
         raise PackageError(str(e).split(" (hint")[0], hint="run `qnn-release package` first") from None
-    manifest = _read_manifest(folder / "manifest.json")
+    manifest = read_manifest(folder / "manifest.json")
     metas = {a.name: read_metadata(folder / a.name) for a in manifest.assets
              if a.kind == "model" and (folder / a.name).is_file()}
     build = None
@@ -368,16 +368,3 @@ def report(path: Path, repo: str | None = None) -> Path:
                 build = None
             break
     return write_page(folder, manifest, metas, build, download_base(manifest.tag, repo))
-
-
-def _read_manifest(path: Path) -> Manifest:
-    import pydantic
-
-    try:
-        return Manifest.model_validate_json(path.read_text())
-    except OSError as e:
-        raise PackageError(f"{path}: cannot read it: {e.strerror or e}") from None
-    except pydantic.ValidationError as e:
-        where, msg = first_error(e)
-        raise PackageError(f"{path}: not a manifest this version reads (at {where}: {msg})",
-                           hint="package the release again with this qnn-release") from None

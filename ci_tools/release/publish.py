@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pydantic
-
 from ..errors import PublishError
 from ..sources.store import sha256_file
 from ..util.github_limits import EXTRAS, LAST, MAX_ASSET_BYTES, MAX_ASSETS
 from ..util.text import clip
-from ..util.validation import first_error
 from .github import Connection, GitHub
-from .manifest import Manifest
+from .manifest import Manifest, read_manifest
 
 MAX_ASSET = MAX_ASSET_BYTES + 1  # GitHub refuses assets of 2 GiB and more
 
@@ -96,23 +93,11 @@ def local_assets(folder: Path) -> tuple[Manifest, Files]:
     return manifest, by_release[None]
 
 
-def read_manifest(path: Path) -> Manifest:
-    """A packaged release's manifest.json, read by its model: anything else is one line naming the key."""
-    try:
-        return Manifest.model_validate_json(path.read_bytes())
-    except OSError as e:
-        raise PublishError(f"{path}: cannot read it ({e.strerror})") from None
-    except pydantic.ValidationError as e:
-        where, what = first_error(e)
-        raise PublishError(f"{path}: {where or '(top level)'}: {what}",
-                           hint="package again with this qnn-release; never edit a packaged release") from None
-
-
 def release_files(folder: Path) -> tuple[Manifest, dict[str | None, Files]]:
     """(manifest, release tag -> its files in upload order; None: the tag's own release, which gets the notes,
     the page, the sh client, then SHA256SUMS and manifest.json last), every file checked against the manifest
     and against GitHub's limits."""
-    manifest = read_manifest(folder / "manifest.json")
+    manifest = read_manifest(folder / "manifest.json", PublishError)
     by_release: dict[str | None, Files] = {part: [] for part in manifest.parts}
     by_release[None] = []
     for a in manifest.assets:

@@ -87,3 +87,11 @@ def staging_dir(dest: Path, prefix: str) -> Iterator[Path]:
 
 def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def link_or_copy(src: str | Path, dst: str | Path) -> None:
+    """``dst`` a hard link of ``src`` where the file system allows (no second copy), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

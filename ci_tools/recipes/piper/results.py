@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...matrix.schema import Model
 from ...util.precision import Precision
-from .. import RecipeFigures, RecipeResult, RecipeVerify
+from .. import Frozen, RecipeFigures, RecipeResult, RecipeVerify
 
 CHECK_VERSION = 1  # bump when a change to the check should verify every chip again
 
@@ -17,10 +17,6 @@ CHECK_VERSION = 1  # bump when a change to the check should verify every chip ag
 def speech_of(model: Model) -> SpeechVerify:
     """The model's ``verify``: a speech check (the recipe, and so this check, is chosen by ``verify.kind``)."""
     return cast("SpeechVerify", model.verify)
-
-
-class _M(BaseModel):  # a part of the recipe's records: frozen, no unknown keys
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SpeechVerify(RecipeVerify):
@@ -45,7 +41,7 @@ class SpeechVerify(RecipeVerify):
                           "speech recognizer export with a transcript recipe, run on CPU)")
 
 
-class SpeechSentence(_M):
+class SpeechSentence(Frozen):
     text: str = Field(description="the sentence said")
     cpu_heard: str = Field(description="what the listener (a speech recognizer on CPU) hears in CPU's audio of it")
     htp_heard: str = Field(description="what the listener hears in this archive's binaries' audio (HTP emulator)")

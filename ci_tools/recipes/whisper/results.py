@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...matrix.schema import Model, Source, source_files
 from ...util.precision import Precision
 from ...util.validation import did_you_mean
-from .. import RecipeFigures, RecipeResult, RecipeVerify
+from .. import Frozen, RecipeFigures, RecipeResult, RecipeVerify
 
 CHECK_VERSION = 4  # bump when a change to the check should verify every chip again (3: clips packed into windows;
 # 4: where HTP leaves CPU, CPU decodes along HTP's tokens: near-ties)
@@ -19,10 +19,6 @@ CHECK_VERSION = 4  # bump when a change to the check should verify every chip ag
 def transcript_of(model: Model) -> TranscriptVerify:
     """The model's ``verify``: a transcript check (the recipe, and so this check, is chosen by ``verify.kind``)."""
     return cast("TranscriptVerify", model.verify)
-
-
-class _M(BaseModel):  # a part of the recipe's records: frozen, no unknown keys
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Recordings(BaseModel):
@@ -69,7 +65,7 @@ class TranscriptVerify(RecipeVerify):
         return None
 
 
-class TranscriptClip(_M):
+class TranscriptClip(Frozen):
     file: str
     reference: str = Field(description="what the clip says")
     cpu: str = Field(description="the transcript with the exported graphs on CPU (ONNX Runtime)")
@@ -82,14 +78,14 @@ class TranscriptClip(_M):
     audio_seconds: float | None = Field(default=None, description="the clip's length")
 
 
-class ExportCheck(_M):
+class ExportCheck(Frozen):
     tool: str | None = Field(description="the independent implementation the export was compared with")
     equal: int = Field(description="clips it transcribed exactly as the exported graphs on CPU")
     total: int
     skipped: str | None = None
 
 
-class NearTie(_M):
+class NearTie(Frozen):
     file: str = Field(description="the clip or packed window")
     offset: int = Field(description="the decoder step (position in the token sequence)")
     cpu: str = Field(description="the token CPU rates best at that step, decoding along HTP's tokens")
