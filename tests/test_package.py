@@ -363,15 +363,13 @@ def test_the_archive_readmes_python_runs_as_written_on_its_own_sample(built, tmp
 
 
 COUNTING_PACKAGE = """
-import json, sys
+import json, subprocess, sys
 from pathlib import Path
 
 import onnxruntime
 
-from ci_tools.util import cmd
-
 seen = {"sessions": 0, "subprocesses": []}
-session_init, run = onnxruntime.InferenceSession.__init__, cmd.run
+session_init, popen_init = onnxruntime.InferenceSession.__init__, subprocess.Popen.__init__
 
 
 def counted_session(self, *a, **k):
@@ -379,12 +377,12 @@ def counted_session(self, *a, **k):
     return session_init(self, *a, **k)
 
 
-def counted_run(argv, *a, **k):
-    seen["subprocesses"].append([str(x) for x in argv[:3]])
-    return run(argv, *a, **k)
+def counted_popen(self, argv, *a, **k):  # every process started, by whatever module starts it
+    seen["subprocesses"].append([str(x) for x in ([argv] if isinstance(argv, (str, bytes)) else argv)[:3]])
+    return popen_init(self, argv, *a, **k)
 
 
-onnxruntime.InferenceSession.__init__, cmd.run = counted_session, counted_run
+onnxruntime.InferenceSession.__init__, subprocess.Popen.__init__ = counted_session, counted_popen
 from ci_tools.release.package import PackageSettings, package
 
 package(Path(sys.argv[1]), PackageSettings(matrix=Path(sys.argv[2])))
@@ -393,16 +391,16 @@ print(json.dumps(seen))
 
 
 def test_package_copies_what_the_build_kept_and_computes_nothing(built, tmp_path):
-    """Data flows forward (#45): with the prepare cache and the sources gone, package runs no model on CPU, starts
-    no process per archive, and every archive's sample/ is an input the HTP emulator ran with CPU's answer for it,
-    as the build kept them."""
+    """Data flows forward (#45): with an empty cache (no sources, no prepared graphs, no measurements), package runs
+    no model on CPU or through the QNN EP, starts no process per archive or twin, and every archive's sample/ is
+    an input the HTP emulator ran with CPU's answer for it, as the build kept them; the twins are as the build
+    measured them."""
     import numpy as np
 
     from ci_tools.compile.ran import read_ran
 
-    assert _package(built).returncode == 0  # the twins measured once, into the build's cache
-    fresh = tmp_path / "cache"  # no sources, no prepared graphs: only the twins' measurements carried over
-    shutil.copytree(Path(built["env"]["QNN_RELEASE_CACHE"]) / "twins", fresh / "twins")
+    fresh = tmp_path / "cache"  # empty
+    fresh.mkdir()
     out = tmp_path / "dist"
     shutil.copytree(built["out"], out, ignore=shutil.ignore_patterns("release"))
     env = {**built["env"], "QNN_RELEASE_CACHE": str(fresh)}
@@ -426,3 +424,13 @@ def test_package_copies_what_the_build_kept_and_computes_nothing(built, tmp_path
     assert np.array_equal(sample[f"sample/main/inputs/{name}.npy"], ran.feeds[0][name])
     (out_name,) = ran.output_names
     assert np.array_equal(sample[f"sample/main/outputs/{out_name}.npy"], ran.outputs[0][0])
+    twins = {a["name"]: a for a in manifest["assets"] if a["kind"] == "twin"}
+    assert len(twins) == 3 and all(a["on_device_compile"] for a in twins.values()), twins  # measured by the build
+    with tarfile.open(out / "release" / "alpha-float-onnx.tar.bz2") as tar:
+        shipped = json.loads(tar.extractfile("alpha-float-onnx/twin.json").read())  # type: ignore[union-attr]
+    assert shipped == json.loads((out / "twins" / "alpha-float-onnx.json").read_text())["values"]
+    # a build that kept no twin (an earlier version's, or one whose twin failed) is refused, never measured here
+    shutil.rmtree(out / "twins")
+    r = _package(built, out=out)
+    assert r.returncode == 9 and "alpha-float-onnx: the build kept no twin" in r.stderr, r.stderr
+    assert "run `qnn-release build` again" in r.stderr and "Traceback" not in r.stderr

@@ -39,6 +39,7 @@ from .kept import KEPT, keep
 from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
+from .twins import stage_twins
 from .workers import run_all
 
 
@@ -133,6 +134,10 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildRep
         "jobs": jobs,
     }
     report.work = work_ratio(ordered)
+    if not interrupted:  # each model's twins: measured here, copied by package
+        t0 = time.monotonic()
+        stage_twins(run, ordered)
+        report.timings["twins"] = round(time.monotonic() - t0, 3)
     report.write()
     try:  # what package copies: the prepared graphs, the licence files (it falls back to the cache without them)
         keep(out, run.prepared, run.licences)

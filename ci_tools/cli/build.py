@@ -55,7 +55,7 @@ def cmd_package(args: argparse.Namespace) -> int:
 
     result = package(args.out, PackageSettings(tag=args.tag, qnn_sdk=args.qnn_sdk, previous=args.previous,
                                                matrix=args.matrix, device_numbers=args.device_numbers,
-                                               require_verified=args.require_verified, cache=args.cache))
+                                               require_verified=args.require_verified))
     step_summary.append(step_summary.package(result))
     for a in result.assets:
         print(f"{a.sha256[:12]}  {a.size / 1e6:8.2f} MB  {a.name}")
@@ -112,8 +112,6 @@ def register(sub, matrix_arg, target_filters) -> None:
     p = sub.add_parser("package", help="archives per chip, qnn-libs, manifest.json, SHA256SUMS, release notes")
     matrix_arg(p)
     p.add_argument("--out", type=Path, default=Path("dist"), help="the build folder (with build-report.json)")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="the build's cache: the twins' real samples (default ~/.cache/qnn-release)")
     _package_args(p)
     p.set_defaults(func=cmd_package)
 

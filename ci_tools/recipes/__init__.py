@@ -85,11 +85,11 @@ class ArchiveExtras:
 
 @dataclass(frozen=True, kw_only=True)
 class TwinPart:
-    """What a recipe's twin (``release/twin.py``) is made of: the graphs its binaries of a precision were compiled
+    """What a recipe's twin (``builder/twin.py``) is made of: the graphs its binaries of a precision were compiled
     from (float: the fp16 binaries'; a quantized precision: its QDQ graphs)."""
 
     loaded: LoadedMatrix
-    report: BuildReport
+    export: Path | None  # the model's export the build made and checked (its ``exports``), None when it has none
     model: Model
     graphs: dict[str, Path]  # graph -> its prepared float graph, or its QDQ graph for a quantized precision
     cache: Path
@@ -103,7 +103,7 @@ class TwinExtras:
     members: list[Member]  # relative to the twin's folder: the runtime, its configuration, the sample's input
     graph_files: dict[str, str]  # graph -> the file the runtime reads it from ("encoder.onnx")
     # ``python -m <check[0]> FOLDER SOC_MODEL HTP_ARCH OUT <check[1:]>``: the twin run both ways in a process of its
-    # own; prints one JSON line (``release/twin.py`` ``recipe_twin_archive``), writes the sample's CPU answer to OUT
+    # own; prints one JSON line (``builder/twin.py`` ``stage_recipe_twin``), writes the sample's CPU answer to OUT
     check: list[str]
     readme: str  # the twin README's template
     note: str  # what the twin is run on before release, in words

@@ -12,15 +12,17 @@ import json
 import shutil
 import tempfile
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Literal, NamedTuple, cast
 
 from .. import __version__
-from ..builder.kept import KEPT, kept_licence, kept_or_cached
+from ..builder.kept import kept_licence, kept_or_cached
+from ..builder.twin import twin_stem
+from ..builder.twins import Group, complete_groups, quantized_twins, twin_soc
 from ..compile import qnn_ep
 from ..compile.ran import Ran
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
+from ..compile.sample import ran_of, sample_members
 from ..device.common import parity_failures
 from ..device.numbers import FILE as DEVICE_FILE
 from ..device.numbers import DeviceNumbers, on_device
@@ -28,8 +30,8 @@ from ..errors import PackageError, VerifyError
 from ..matrix.schema import HfSource, LoadedMatrix, Model, PartsSource, PathSource, PipSource, UrlSource, load_matrix
 from ..prepare.graph import Prepared
 from ..prepare.quantize import BITS
-from ..recipes import ArchiveExtras, ArchivePart, TwinPart, figures_text, recipe_for
-from ..sources.store import default_cache, sha256_file
+from ..recipes import ArchiveExtras, ArchivePart, figures_text, recipe_for
+from ..sources.store import sha256_file
 from ..util.files import replace_dir, write_atomic, write_json
 from ..util.qnn_version import core as version_core
 from ..util.validation import first_error
@@ -42,7 +44,6 @@ from .page import write_page
 from .qnn_libs import build_qnn_libs
 from .qnn_libs import sdk_version as libs_version
 from .runtime import loads_on, runtime_advice, runtime_needed
-from .sample import ran_of, sample_members
 from .templating import render
 
 RELEASE_DIR = "release"
@@ -120,12 +121,11 @@ class PackageSettings:
     notes_dir: Path | None = None  # None: release_notes/ beside the matrix's folder
     device_numbers: Path | None = None  # None: device-numbers.json in the build folder, if any
     require_verified: bool = False  # refuse targets never run on the HTP emulator
-    cache: Path | None = None  # the build's cache (the twins' real samples); None: default_cache()
 
 
 def package(out: Path, settings: PackageSettings | None = None) -> PackageResult:
-    """The release in ``out/release``: every archive copied from what the build kept (``out``), nothing built or
-    judged again but the twins' own measurement."""
+    """The release in ``out/release``: every archive and twin copied from what the build kept (``out``), nothing
+    built, run or judged again."""
     s = settings or PackageSettings()
     report = BuildReport.load(out / REPORT, PackageError)
     loaded: LoadedMatrix = load_matrix(s.matrix or report.matrix)
@@ -141,8 +141,7 @@ def package(out: Path, settings: PackageSettings | None = None) -> PackageResult
         prepared = {(p["model"], p["graph"]): kept_or_cached(out, Prepared.load_dict(p)) for p in report.prepared}
         job = _Archives(out=out, tmp=tmp, loaded=loaded, report=report, targets=targets, compiled=compiled,
                         libs_name=libs_name, prepared=prepared,
-                        device=_device_numbers(out, loaded, s.device_numbers, complete),
-                        cache=s.cache or default_cache())
+                        device=_device_numbers(out, loaded, s.device_numbers, complete))
         metas: dict[str, Metadata] = {}  # archive name -> its metadata.json, for the release page
         for key, records in sorted(complete.items()):
             asset, meta = job.archive(key, records)
@@ -171,56 +170,28 @@ def package(out: Path, settings: PackageSettings | None = None) -> PackageResult
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-TWIN_STREAM_STEPS = 32  # a stateful twin is judged on each stream's first steps (the emulator's time)
-
-
 def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[TwinAsset]:
-    """Each model's twin (``release/twin.py``), measured through on-device compile for its most capable chip; a
-    recipe's model's holds its runtime too (``Recipe.twin``)."""
-    from ..builder.inputs import samples_of
-    from ..prepare.graph import complete_feed
-    from ..sources.store import SourceStore
-    from .twin import GraphSamples, TwinInputs, TwinOf, twin_archive
-
-    store = SourceStore(job.cache, job.loaded.root)
-
-    def real(model: Model, prep: Prepared) -> TwinInputs | None:  # its real samples (8; a stream's first steps)
-        ss = samples_of(store, job.loaded, model, prep.graph, prep.inputs, prep.outputs)
-        if ss is None:
-            return None
-        streams = [(n, [complete_feed(f, prep.inputs) for f in steps[:TWIN_STREAM_STEPS]])  # a carried input left
-                   for n, steps in ss.streams[:8] if steps]  # out: zeros first
-        return TwinInputs(feeds=[f for _, steps in streams for f in steps], names=[n for n, _ in streams],
-                          note=ss.note + (f" (the first {TWIN_STREAM_STEPS} steps of each stream)"
-                                          if ss.stream else ""),
-                          argmax=ss.argmax if ss.stream is None else None, stream=ss.stream,
-                          steps=[len(s) for _, s in streams] if ss.stream is not None else None)
-
-    def samples(model: Model, prep: Prepared) -> GraphSamples:
-        return GraphSamples(ran=job.ran(model.name, prep.graph), real=real(model, prep))
+    """Each model's twins as the build measured and kept them (``release/twin.py``): the float one, and one per
+    quantized precision whose QDQ graphs its binaries were compiled from; found by the build's own rules."""
+    from .twin import twin_archive
 
     out = []
     for name in sorted({k[0] for k in complete}):
         model = job.loaded.matrix.model(name)
         if any((name, g.name) not in job.prepared for g in model.graphs):
             continue
-        socs = [job.loaded.catalog.get(k[1]) for k in complete if k[0] == name]
-        soc = max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
         meta = next(m for a, m in sorted(metas.items()) if m.model.name == name)
         preps = [job.prepared[(name, g.name)] for g in model.graphs]
-        gone = [p.graph for p in preps if not p.path.is_file()]
-        if gone:  # a twin ships the graphs themselves
-            raise PackageError(f"{name}: the prepared graph of {', '.join(gone)} is neither beside the build "
-                               f"({job.out / KEPT}) nor in the cache", hint="run `qnn-release build` again "
-                               "(nothing recompiles)")
-        if recipe_for(model) is not None:
-            for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
-                out += _recipe_twin(job, model, preps, soc, _licence(job.out, model, meta), quantized)
-            continue
-        for quantized in [None, *_qdq_graphs(job, complete, name, preps)]:
-            of = TwinOf(model, soc, _licence(job.out, model, meta), job.cache)
-            archive, values = twin_archive(job.tmp, of, preps, partial(samples, model), quantized)
-            out.append(_twin_asset(archive, values))
+        soc = twin_soc(job.loaded, complete, name).name
+        licence = _licence(job.out, model, meta)
+        twins = [("float", {p.graph: p.sha256 for p in preps})]
+        twins += [(precision, {g: sha256_file(path) for g, path in qdq.items()})
+                  for precision, qdq in quantized_twins(complete, name, preps)]
+        for precision, graphs in twins:
+            expect = {"model": model, "soc": soc, "graphs": graphs}
+            made = twin_archive(job.tmp, job.out, twin_stem(name, precision), expect, licence)
+            if made is not None:  # None: the model's recipe ships no twin
+                out.append(_twin_asset(*made))
     return out
 
 
@@ -234,41 +205,6 @@ def _twin_asset(archive: Path, values: dict) -> TwinAsset:
                   size=archive.stat().st_size, sha256=sha256_file(archive))
 
 
-def _recipe_twin(job: _Archives, model: Model, preps: list[Prepared], soc, licence: bytes,
-                 quantized: tuple[str, dict[str, Path]] | None) -> list[TwinAsset]:
-    """A recipe's model's twin of a precision (float, or the QDQ graphs of a quantized one): its runtime beside
-    the graphs (``Recipe.twin``); none where the recipe has no twin."""
-    from .twin import TwinOf, recipe_twin_archive
-
-    graphs = {p.graph: p.path for p in preps}
-    recipe = recipe_for(model)
-    if recipe is None:
-        return []
-    extras = recipe.twin(TwinPart(loaded=job.loaded, report=job.report, model=model,
-                                             graphs=quantized[1] if quantized else graphs, cache=job.cache,
-                                             precision=quantized[0] if quantized else "float"))
-    if extras is None:
-        return []
-    of = TwinOf(model, soc, licence, job.cache)
-    return [_twin_asset(*recipe_twin_archive(job.tmp, of, extras, graphs, quantized))]
-
-
-def _qdq_graphs(job: _Archives, complete: dict, name: str, preps: list[Prepared]) -> list[tuple[str, dict]]:
-    """Per quantized precision of the model, the QDQ graph of each of its graphs the build compiled its binaries
-    from (the ort route's, in the prepared graph's folder, named in the target records): copied, never made again.
-    A precision whose QDQ graphs are not all there (the qairt route quantizes in its converter) has no twin."""
-    found: dict[str, dict] = {}
-    for (model, _, precision), records in sorted(complete.items()):
-        if model != name or precision == "fp16" or precision in found:
-            continue
-        by_graph = {r.graph: r.quantized_graph for r in records if r.quantized_graph}
-        graphs = {p.graph: p.path.parent / by_graph[p.graph] for p in preps if p.graph in by_graph}
-        if len(graphs) == len(preps) and all(g.is_file() for g in graphs.values()):
-            found[precision] = graphs
-    return sorted(found.items())
-
-
-Group = tuple[str, str, str]  # (model, soc, precision): one archive
 
 
 class _Made(NamedTuple):
@@ -281,17 +217,7 @@ class _Made(NamedTuple):
 
 def _complete(report: BuildReport, loaded: LoadedMatrix) -> tuple[dict[Group, list[TargetRecord]], list[str]]:
     """The (model, chip, precision) whose every graph is built, and a line for each one that is not."""
-    groups: dict[Group, list[TargetRecord]] = {}
-    for r in report.records:
-        groups.setdefault((r.model, r.soc, r.precision), []).append(r)
-    complete, skipped = {}, []
-    for key, records in sorted(groups.items()):
-        model = loaded.matrix.model(key[0])
-        ok = [r for r in records if r.built]
-        if len(ok) != len(model.graphs):
-            skipped.append(f"{key[0]}/{key[1]}/{key[2]} ({len(ok)} of {len(model.graphs)} graphs built)")
-            continue
-        complete[key] = ok
+    complete, skipped = complete_groups(report.records, loaded)
     if not complete:
         raise PackageError(f"{report.path}: no model has every graph built for any chip",
                            hint="fix the failed targets and build again")
@@ -402,7 +328,6 @@ class _Archives:
     libs_name: str | None
     prepared: dict[tuple[str, str], Prepared]
     device: DeviceNumbers | None  # device-numbers.json, when the targets were measured on devices
-    cache: Path  # the build's cache: the twins' real samples come from its sources
 
     def archive(self, key: Group, records: list[TargetRecord]) -> tuple[ModelAsset, Metadata]:
         """(manifest asset, metadata) of one archive, written into ``tmp``."""

@@ -1,332 +1,58 @@
-"""A model's twin: its prepared float graphs, released beside the binaries.
-
-The same graphs (static shapes, the same inputs and outputs) are the app's CPU model, and what ONNX Runtime's
-QNN EP compiles for the phone's HTP when the session is created ("on-device compile", no context cache): the one
-portable artifact for the long tail of chips a release has no binary for (k2-fsa/sherpa-onnx PR #3741 asked for
-it). One archive per model, ``<model>-float-onnx.tar.bz2``, within the 1,000-asset budget. Before it is released it
-is run both ways on its sample: on CPU, and through the EP compiling it at session creation on the HTP emulator
-of the model's most capable chip, with that first load timed and the process's peak memory measured (this
-machine's emulator, said so), in a process of its own.
-"""
+"""A model's twin as a release asset: ``<model>-<precision>-onnx.tar.bz2``, copied from what the build measured and
+kept (``builder/twin.py``): its files, ``twin.json`` from its record, the README rendered from it, the licence.
+Nothing is run or measured here."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import sys
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
+from ..builder.twin import TWINS, twin_record
 from ..errors import PackageError
-from ..sources.store import default_cache, sha256_file
-from ..util import cmd
-from ..util.files import write_json
-from ..util.text import clip
+from .archive import make_tar_bz2
+from .templating import render
 
-if TYPE_CHECKING:
-    from ..compile.ran import Ran
-    from ..matrix.schema import Stream
-
-TWIN_VERSION = 2  # in the measurement's cache key: a change here measures again
+AGAIN = "run `qnn-release build` again: it measures the twins (nothing recompiles)"
 
 
-def twin_stem(model: str, precision: str = "float") -> str:
-    return f"{model}-{precision}-onnx"
-
-
-@dataclass(frozen=True)
-class TwinInputs:
-    """What a twin graph is run on before release: the model's real samples (the first step of each stream) where
-    it has them, else the archive's generated sample input; judged as the model's fp16 binaries are."""
-
-    feeds: list[dict[str, np.ndarray]]  # a stateful graph's: every step of every stream, in order
-    names: list[str]  # the samples' (streams') names
-    note: str  # what they are, in words
-    argmax: dict[str, float] | None = None
-    steps: list[int] | None = None  # a stateful graph: the steps of each stream (each side carries its own state)
-    stream: Stream | None = None  # its samples.stream (carry, decisions, ranges): how the stream is judged
-
-
-@dataclass(frozen=True)
-class TwinOf:
-    """Whose twin: the model, the chip its on-device compile is measured for, the licence it ships with."""
-
-    model: Any
-    soc: Any  # catalog Soc
-    licence: bytes = b""
-    cache: Path | None = None  # the build's cache: the measurements are kept in its twins/ (None: the default one)
-
-    @property
-    def measured(self) -> Path:
-        return (self.cache or default_cache()) / "twins"
-
-
-def measure(graph: Path, of: TwinOf, inputs: TwinInputs, outputs: list[str], precision: str = "fp16",
-            reference: Path | None = None) -> dict:
-    """The twin run as an app runs it, in a fresh process (its peak memory is the first load's): CPU's answer, the
-    QNN EP's compile at session creation for ``soc`` on the emulator, the answer it gives, judged as the model's
-    binaries of ``precision`` are (its thresholds, argmax, gates). A QDQ twin (w8a16, int8) is compiled as it is
-    quantized and judged against CPU running the float ``reference`` graph. Cached by the graphs' bytes, the chip,
-    the EP's version, the inputs and the judging."""
-    feeds, names = inputs.feeds, outputs
-    from ..compile import qnn_ep
-    from ..errors import BackendUnavailable
-
-    try:
-        qnn_ep.qnn_version()
-    except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
-        return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was packaged",
-                "soc": of.soc.name}
-    h = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), of.soc.soc_model, of.soc.htp_arch,
-                                   qnn_ep.qnn_version(), names, inputs.names, inputs.argmax,
-                                   of.model.options.model_dump(mode="json"), precision,
-                                   sha256_file(reference) if reference else None], sort_keys=True).encode())
-    for f in feeds:
-        for k in sorted(f):
-            h.update(k.encode() + np.ascontiguousarray(f[k]).tobytes())
-    key = h.hexdigest()
-    cached = of.measured / f"{key}.json"
-    if cached.is_file():
-        return json.loads(cached.read_text())
-    with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
-        arrays: dict[str, Any] = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
-        np.savez(Path(tmp) / "feeds.npz", **arrays)
-        write_json(Path(tmp) / "spec.json", {"count": len(feeds), "streams": inputs.steps,
-                                             "carry": inputs.stream.carry if inputs.stream is not None else {}})
-        r = cmd.run([sys.executable, "-m", "ci_tools.release.twin_check", str(graph), str(of.soc.soc_model),
-                     str(of.soc.htp_arch), str(Path(tmp) / "feeds.npz"), str(Path(tmp) / "spec.json"),
-                     str(Path(tmp) / "outputs.npz"), *([str(reference)] if reference else [])],
-                    capture_output=True, text=True, timeout=3600)
-        lines = r.stdout.strip().splitlines()
-        answers: dict[str, np.ndarray] = {}
-        if r.returncode == 0 and lines:
-            with np.load(Path(tmp) / "outputs.npz", allow_pickle=False) as z:
-                answers = {k: z[k] for k in z.files}
-    if r.returncode != 0 or not lines:
-        raise PackageError(f"{graph.parent.name}: the twin could not be run through the QNN EP: "
-                           f"{clip(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output', 300)}",
-                           hint="run `qnn-release build` again; the prepared graph must compile for its chip")
-    run = json.loads(lines[-1])
-    ref, got = ([[answers[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
-                for side in ("cpu", "htp"))
-    verdict = _judge(graph.parent.name, names, (ref, got), inputs, of.model, precision)
-    out = {**run, **verdict, "soc": of.soc.name, "soc_model": of.soc.soc_model, "htp_arch": of.soc.htp_arch,
-           "qnn_version": qnn_ep.qnn_version(), "samples": len(feeds), "inputs": inputs.note,
-           "measured_on": "this machine's x86-64 HTP emulator, not a device"}
-    write_json(cached, out)
-    return out
-
-
-def _judge(what: str, names: list[str], answers: tuple[list, list], inputs: TwinInputs, model, precision: str
-           ) -> dict:
-    """The twin's answer against CPU's, as the model's binaries of ``precision`` are judged (a stream over its
-    steps)."""
-    from ..compile.verify import Judging, Runs, check, check_streams, thresholds_for
-    from ..errors import VerifyError
-
-    ref, got = answers
-    try:
-        th = thresholds_for(model.options, precision)
-        if inputs.steps:  # judged as the binaries' streams are: over the steps, with their ranges and decisions
-            how = Judging.of(model.options, precision=precision, inputs_note=inputs.note, stream=inputs.stream)
-            spans = list(pairwise(np.cumsum([0, *inputs.steps])))
-            runs = Runs([ref[a:b] for a, b in spans], [got[a:b] for a, b in spans], sample_names=inputs.names)
-            v = check_streams(what, names, runs, th, how)
-        else:
-            how = Judging.of(model.options, precision=precision, inputs_note=inputs.note, argmax=inputs.argmax)
-            v = check(what, names, Runs(ref, got, sample_names=inputs.names), th, how)
-    except VerifyError as e:
-        return {"verified": False, "failure": e.message}
-    return {"verified": True, "cosine": round(v.parity.cosine, 6), "snr_db": round(v.parity.snr_db, 2),
-            "max_abs": float(f"{v.parity.max_abs:.4g}"), "passed_by": v.passed_by, "rules": list(v.rules)}
-
-
-WHAT = {"float": "the prepared float graphs: the CPU model, and what ONNX Runtime's QNN EP compiles for the device's "
-                 "HTP at session creation (on-device compile)",
-        "quantized": "the {p} QDQ graphs the {p} binaries were compiled from: what ONNX Runtime's QNN EP compiles for "
-                     "the device's HTP at session creation as {p} (on-device compile); on CPU they simulate the "
-                     "quantization"}
-
-
-@dataclass(frozen=True)
-class GraphSamples:
-    """What a twin graph's sample and measurement come from."""
-
-    ran: Ran  # what the binaries' verification ran: the archive's sample/ entry (and the twin's input without real)
-    real: TwinInputs | None  # the model's real samples, when it has them
-
-
-def twin_archive(tmp: Path, of: TwinOf, preps: list, samples: Callable[[Any], GraphSamples],
-                 quantized: tuple[str, dict[str, Path]] | None = None):
-    """``<model>-float-onnx.tar.bz2`` in ``tmp``: each prepared graph (``<graph>/graph.onnx``, its weights beside it
-    when over 2 GB), the sample every archive of the model carries, ``twin.json`` (what it is and how it ran), a
-    README with the load code, the licence. ``samples(prep)``: what the graph's binaries' verification ran and its
-    real samples as ``TwinInputs`` (or None).
-    ``quantized``: (precision, graph -> its QDQ graph as the build wrote it): ``<model>-<precision>-onnx.tar.bz2``
-    holding those instead, judged as that precision's binaries are against CPU on the float graph.
-    Returns (the archive, twin.json's values)."""
-    from .archive import make_tar_bz2
-    from .sample import sample_entry, sample_members
-    from .templating import render
-
-    precision, qdq = quantized or ("float", {})
-    stem = twin_stem(of.model.name, precision)
+def twin_archive(tmp: Path, out: Path, stem: str, expect: dict[str, Any], licence: bytes
+                 ) -> tuple[Path, dict] | None:
+    """``<stem>.tar.bz2`` in ``tmp`` from the twin the build kept in ``out``; ``expect``: what it must be (the
+    model, the chip it is measured for, each graph's sha256 the build report names). Returns (the archive,
+    twin.json's values), or None when the model's recipe ships no twin."""
+    record = kept_twin(out, stem, expect)
+    if record.get("none"):
+        return None
+    values, folder = record["values"], out / TWINS / stem
     members: list[tuple[str, Path | bytes]] = []
-    graphs = []
-    for prep in preps:
-        graph = qdq.get(prep.graph, prep.path)
-        members.append((f"{stem}/{prep.graph}/graph.onnx", graph))
-        data = graph.with_name(graph.name + ".data")  # its weights over 2 GB, by the name the graph gives them
-        if data.is_file():
-            members.append((f"{stem}/{prep.graph}/{data.name}", data))
-        got = samples(prep)
-        members += sample_members(stem, prep, got.ran, of.model.options.constant_outputs)
-        entry = sample_entry(got.ran, prep, of.model.options.constant_outputs)
-        inputs = got.real or TwinInputs(  # the archive's sample input
-            feeds=[got.ran.feeds[entry]], names=[f"the archive's sample ({got.ran.names[entry]})"],
-            note=f"{'generated: ' if not got.ran.real else ''}the archive's sample input")
-        outputs = [o.name for o in prep.outputs]
-        j = measure(graph, of, inputs, outputs, precision, prep.path) if quantized else \
-            measure(prep.path, of, inputs, outputs)
-        graphs.append({"name": prep.graph, "file": f"{prep.graph}/graph.onnx",
-                       "sha256": sha256_file(graph) if quantized else prep.sha256,
-                       "inputs": [t.__dict__ for t in prep.inputs], "outputs": [t.__dict__ for t in prep.outputs],
-                       "on_device_compile": j})
-    values = {"twin_version": TWIN_VERSION, "model": of.model.name, "kind": precision,
-              "what": WHAT["quantized" if quantized else "float"].format(p=precision), "graphs": graphs}
+    for name in record["files"]:
+        if not (folder / name).is_file():
+            raise PackageError(f"{stem}: {folder / name} is gone from the twin the build kept", hint=AGAIN)
+        members.append((f"{stem}/{name}", folder / name))
+    readme = render(record["readme"], model=expect["model"], twin=values, **record["context"])
     members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
-                (f"{stem}/README.md", render("twin_readme.md.j2", model=of.model, twin=values).encode()),
-                (f"{stem}/LICENSE", of.licence)]
+                (f"{stem}/README.md", readme.encode()), (f"{stem}/LICENSE", licence)]
     return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
 
 
-def recipe_twin_archive(tmp: Path, of: TwinOf, extras, graphs: dict[str, Path],
-                        quantized: tuple[str, dict[str, Path]] | None = None):
-    """``<model>-float-onnx.tar.bz2`` of a recipe's model (``recipes.TwinExtras``): its float graphs where the
-    recipe's runtime reads them, the runtime and its files, the sample with CPU's answer, ``twin.json``, a README,
-    the licence; measured by the recipe's own check through on-device compile for ``soc``. ``quantized``: (precision,
-    graph -> its QDQ graph): ``<model>-<precision>-onnx.tar.bz2`` holding those, checked against CPU on the float
-    ``graphs`` (in the check's folder under ``reference/``, not in the archive). Returns (the archive, twin.json's
-    values)."""
-    from .archive import make_tar_bz2
-    from .templating import render
-
-    precision, qdq = quantized or ("float", {})
-    reference = [f for g, path in graphs.items() for f in _with_weights(f"reference/{extras.graph_files[g]}", path)
-                 ] if qdq else []
-    graphs = {g: qdq.get(g, path) for g, path in graphs.items()}
-    stem = twin_stem(of.model.name, precision)
-    files: list[tuple[str, Path | bytes]] = list(extras.members)
-    for graph, path in graphs.items():
-        files += _with_weights(extras.graph_files[graph], path)
-    run, answers = _measure_recipe(of, files + reference, extras.check)
-    files += answers
-    shared = {k: run[k] for k in ("peak_memory_mb", "memory_before_mb", "verified", "passed_by", "failure")
-              if k in run} | {"soc": of.soc.name}
-    if "not_measured" not in run:
-        shared |= {"soc_model": of.soc.soc_model, "htp_arch": of.soc.htp_arch, "qnn_version": run["qnn_version"],
-                   "samples": 1, "inputs": extras.note,
-                   "measured_on": "this machine's x86-64 HTP emulator, not a device"}
-    else:
-        shared["not_measured"] = run["not_measured"]
-    what = WHAT["quantized" if qdq else "float"].format(p=precision)
-    values = {"twin_version": TWIN_VERSION, "model": of.model.name, "kind": precision, "recipe": of.model.verify.kind,
-              "what": what + "; the model's runtime beside them runs them either way",
-              "graphs": [{"name": g, "file": extras.graph_files[g], "sha256": sha256_file(path),
-                          "on_device_compile": {**run.get("graphs", {}).get(g, {}), **shared}}
-                         for g, path in graphs.items()],
-              "check": run.get("numbers")}
-    members = [(f"{stem}/{n}", data) for n, data in files]
-    members += [(f"{stem}/twin.json", (json.dumps(values, indent=2, sort_keys=True) + "\n").encode()),
-                (f"{stem}/README.md", render(extras.readme, model=of.model, twin=values, answered=bool(answers),
-                                             **extras.context).encode()),
-                (f"{stem}/LICENSE", of.licence)]
-    return make_tar_bz2(tmp / f"{stem}.tar.bz2", members), values
-
-
-def _with_weights(name: str, path: Path) -> list[tuple[str, Path | bytes]]:
-    """A graph as ``name`` in a twin, and its weights (over 2 GB: every prepared graph keeps them in
-    ``graph.onnx.data``) beside it as ``<name>.data``, the graph's tensors pointing there: two graphs of one folder
-    never share a weights file's name."""
-    data = path.with_name(path.name + ".data")
-    if not data.is_file():
-        return [(name, path)]
-    import onnx
-
-    m = onnx.load(str(path), load_external_data=False)
-    for tensor in _tensors(m.graph):
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = f"{Path(name).name}.data"
-    return [(name, m.SerializeToString()), (f"{name}.data", data)]
-
-
-def _tensors(graph):
-    """Every initializer of a graph and of the graphs inside its nodes (If, Loop, Scan)."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _tensors(g)
-
-
-def _measure_recipe(of: TwinOf, files: list[tuple[str, Path | bytes]], check: list[str]
-                    ) -> tuple[dict, list[tuple[str, Path]]]:
-    """The recipe's check of its twin in a process of its own (its JSON line, with the QNN version), and the sample
-    answers it wrote (``sample/<name>``); cached by every file's bytes, the check, the chip and the EP's version."""
-    import os
-    import shutil
-
-    from ..compile import qnn_ep
-    from ..errors import BackendUnavailable
-
+def kept_twin(out: Path, stem: str, expect: dict[str, Any]) -> dict:
+    """The build's record of a twin, refused when it is missing, failed, or not of this build's graphs and chip."""
+    path = twin_record(out, stem)
     try:
-        version = qnn_ep.qnn_version()
-    except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
-        return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was "
-                                                   "packaged"}, []
-    import importlib.util
-
-    spec = importlib.util.find_spec(check[0])  # the check's own code: a change to its judging measures again
-    code = sha256_file(Path(spec.origin)) if spec and spec.origin else None
-    h = hashlib.sha256(json.dumps([TWIN_VERSION, check, code, of.soc.soc_model, of.soc.htp_arch, version]).encode())
-    for name, data in sorted(files, key=lambda f: f[0]):
-        h.update(name.encode() + b"\0" + (hashlib.sha256(data).hexdigest() if isinstance(data, bytes)
-                                          else sha256_file(data)).encode())
-    done = of.measured / h.hexdigest()
-    if not (done / "run.json").is_file():
-        with tempfile.TemporaryDirectory(prefix="qnn-release-twin.") as tmp:
-            folder, out = Path(tmp) / "twin", Path(tmp) / "answers"
-            out.mkdir()
-            for name, data in files:
-                (folder / name).parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(data, bytes):
-                    (folder / name).write_bytes(data)
-                else:
-                    os.symlink(Path(data).resolve(), folder / name)
-            r = cmd.run([sys.executable, "-m", check[0], str(folder), str(of.soc.soc_model), str(of.soc.htp_arch),
-                         str(out), *check[1:]], capture_output=True, text=True, timeout=3600, cwd=folder)
-            lines = r.stdout.strip().splitlines()
-            if r.returncode != 0 or not lines:
-                last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no output"
-                raise PackageError(f"{of.model.name}: the twin could not be run through the QNN EP: {clip(last, 300)}",
-                                   hint="run `qnn-release build` again; its float graphs must compile for the chip")
-            write_json(out / "run.json", {**json.loads(lines[-1]), "qnn_version": version})
-            done.parent.mkdir(parents=True, exist_ok=True)
-            staged = Path(tempfile.mkdtemp(prefix=f"{done.name}.", suffix=".tmp", dir=done.parent)) / "run"
-            shutil.copytree(out, staged)
-            try:
-                shutil.rmtree(done, ignore_errors=True)  # a half-written one (no run.json) is never read
-                os.replace(staged, done)  # whole or not at all
-            except OSError:  # another packager wrote it first: theirs is the same measurement
-                pass
-            finally:
-                shutil.rmtree(staged.parent, ignore_errors=True)
-    answers = [(f"sample/{p.name}", p) for p in sorted(done.iterdir()) if p.name != "run.json"]
-    return json.loads((done / "run.json").read_text()), answers
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PackageError(f"{stem}: the build kept no twin ({path})", hint=AGAIN) from None
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{path}: unreadable ({type(e).__name__})", hint=AGAIN) from None
+    if not isinstance(record, dict):
+        raise PackageError(f"{path}: not a twin record", hint=AGAIN)
+    if record.get("error"):
+        raise PackageError(record["error"], hint=record.get("hint") or AGAIN)
+    if record.get("none"):  # the recipe ships none
+        return record
+    graphs = {g.get("name"): g.get("sha256") for g in record.get("values", {}).get("graphs", [])}
+    if record.get("soc") != expect["soc"] or graphs != expect["graphs"]:
+        raise PackageError(f"{stem}: the twin the build kept ({path}) is not of this build's graphs for "
+                           f"{expect['soc']}", hint=AGAIN)
+    return record

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ci_tools.release.twin import _with_weights
+from ci_tools.builder.twin import _with_weights
 
 
 def _graph_with_external_weights(folder, scale: float):

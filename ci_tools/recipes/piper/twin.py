@@ -29,7 +29,7 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     from .export import sentences_of
 
     model, verify = part.model, speech_of(part.model)
-    export = part.report.exports.get(model.name)
+    export = part.export
     if export is None or not all((Path(export) / f).is_file() for f in ("duration.onnx", "voice.json")):
         raise PackageError(f"{model.name}: the export (duration.onnx, voice.json) is gone from the cache",
                            hint="run `qnn-release build` again (nothing recompiles)")

@@ -30,7 +30,7 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     from .check import DEFAULT_MAX_WER, load_clips, transcript_of
 
     model, verify = part.model, transcript_of(part.model)
-    export = part.report.exports.get(model.name)
+    export = part.export
     if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
         raise PackageError(f"{model.name}: the export (tokenizer.json, mel_filters.npy, whisper.json) is gone from "
                            "the cache", hint="run `qnn-release build` again (nothing recompiles)")

@@ -1,5 +1,5 @@
-"""``python -m ci_tools.release.twin_check GRAPH SOC_MODEL HTP_ARCH FEEDS.npz SPEC.json OUT.npz [REFERENCE]``: a twin
-run as an app runs it, in this process alone (``release/twin.py``). A float GRAPH is compiled in fp16; a QDQ GRAPH
+"""``python -m ci_tools.builder.twin_check GRAPH SOC_MODEL HTP_ARCH FEEDS.npz SPEC.json OUT.npz [REFERENCE]``: a twin
+run as an app runs it, in this process alone (``builder/twin.py``). A float GRAPH is compiled in fp16; a QDQ GRAPH
 (a quantized twin) as it is quantized, with CPU's answer from the float REFERENCE graph. Prints one JSON line: the
 first load's seconds (the QNN EP compiling the graph at session creation, no context cache) and the process's peak
 memory before and after it; writes the outputs on CPU and through the EP for each feed to OUT.npz. SPEC: ``count``

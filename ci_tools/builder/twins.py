@@ -1,0 +1,142 @@
+"""After the targets: each model's twins measured and kept beside the build (``builder/twin.py``).
+
+A model whose every graph is built for some chip gets its float twin, and one per quantized precision whose QDQ
+graphs the build compiled its binaries from, each measured through on-device compile for the most capable of those
+chips. ``package`` finds the same twins by the same rules (``complete_groups``, ``twin_soc``, ``quantized_twins``)
+and copies what is kept here. A twin that cannot be measured is a warning here and a refusal there.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..compile.records import TargetRecord
+from ..compile.sample import ran_of
+from ..errors import QnnReleaseError
+from ..matrix.schema import LoadedMatrix, Model
+from ..prepare.graph import Prepared
+from ..recipes import TwinPart, recipe_for
+from .twin import GraphSamples, TwinInputs, TwinOf, failed_twin, no_twin, stage_recipe_twin, stage_twin, twin_stem
+
+if TYPE_CHECKING:
+    from ..catalog.socs import Soc
+    from ..sources.store import SourceStore
+
+Group = tuple[str, str, str]  # (model, soc, precision): one archive
+TWIN_STREAM_STEPS = 32  # a stateful twin is judged on each stream's first steps (the emulator's time)
+
+
+def complete_groups(records: list[TargetRecord], loaded: LoadedMatrix
+                    ) -> tuple[dict[Group, list[TargetRecord]], list[str]]:
+    """The (model, chip, precision) whose every graph is built, and a line for each one that is not."""
+    groups: dict[Group, list[TargetRecord]] = {}
+    for r in records:
+        groups.setdefault((r.model, r.soc, r.precision), []).append(r)
+    complete, skipped = {}, []
+    for key, rs in sorted(groups.items()):
+        model = loaded.matrix.model(key[0])
+        ok = [r for r in rs if r.built]
+        if len(ok) != len(model.graphs):
+            skipped.append(f"{key[0]}/{key[1]}/{key[2]} ({len(ok)} of {len(model.graphs)} graphs built)")
+            continue
+        complete[key] = ok
+    return complete, skipped
+
+
+def twin_soc(loaded: LoadedMatrix, complete: dict[Group, list[TargetRecord]], model: str) -> Soc:
+    """The chip a model's twins are measured for: the most capable one it has every graph built for."""
+    socs = [loaded.catalog.get(k[1]) for k in complete if k[0] == model]
+    return max(socs, key=lambda s: (int(s.htp_arch or 0), s.soc_model or 0))
+
+
+def quantized_twins(complete: dict[Group, list[TargetRecord]], name: str, preps: list[Prepared]
+                    ) -> list[tuple[str, dict[str, Path]]]:
+    """Per quantized precision of the model, the QDQ graph of each of its graphs the build compiled its binaries
+    from (the ort route's, in the prepared graph's folder, named in the target records). A precision whose QDQ
+    graphs are not all there (the qairt route quantizes in its converter) has no twin."""
+    found: dict[str, dict] = {}
+    for (model, _, precision), records in sorted(complete.items()):
+        if model != name or precision == "fp16" or precision in found:
+            continue
+        by_graph = {r.graph: r.quantized_graph for r in records if r.quantized_graph}
+        graphs = {p.graph: p.path.parent / by_graph[p.graph] for p in preps if p.graph in by_graph}
+        if len(graphs) == len(preps) and all(g.is_file() for g in graphs.values()):
+            found[precision] = graphs
+    return sorted(found.items())
+
+
+def stage_twins(run, records: list[TargetRecord]) -> None:
+    """Every twin of the build's models, measured and kept in ``<out>/twins/`` (``run``: the build's ``_Run``)."""
+    complete, _ = complete_groups(records, run.loaded)
+    for name in sorted({k[0] for k in complete}):
+        model = run.loaded.matrix.model(name)
+        mine = {p.graph: p for p in run.prepared if p.model == name}
+        preps = [mine[g.name] for g in model.graphs if g.name in mine]
+        if len(preps) != len(model.graphs):
+            continue
+        soc = twin_soc(run.loaded, complete, name)
+        of = TwinOf(model, soc, run.cache, run.out)
+        for quantized in [None, *quantized_twins(complete, name, preps)]:
+            stem = twin_stem(name, quantized[0] if quantized else "float")
+            try:
+                if recipe_for(model) is not None:
+                    _recipe_twin(run, of, preps, quantized)
+                else:
+                    stage_twin(of, preps, partial(_samples, run, model, _built(complete, name)), quantized)
+            except Exception as e:  # one twin's failure never stops the others, nor the build
+                e = e if isinstance(e, QnnReleaseError) else QnnReleaseError(
+                    f"{stem}: {type(e).__name__}: {e}".splitlines()[0], hint="an unexpected error; please report it")
+                failed_twin(run.out, stem, soc.name, e)
+                print(f"warning: twin {stem}: {e.message} (package refuses this release until it is measured)",
+                      file=sys.stderr)
+
+
+def _built(complete: dict[Group, list[TargetRecord]], model: str) -> dict[str, str]:
+    """Per graph, a built target of it (what its verification ran is the same on every chip)."""
+    found: dict[str, str] = {}
+    for key, records in sorted(complete.items()):
+        if key[0] == model:
+            for r in records:
+                found.setdefault(r.graph, r.id)
+    return found
+
+
+def _samples(run, model: Model, built: dict[str, str], prep: Prepared) -> GraphSamples:
+    """What a twin graph's sample and measurement come from: its binaries' verification, and its real samples."""
+    target_id = built[prep.graph]
+    return GraphSamples(ran=ran_of(run.out / target_id, target_id),
+                        real=real_inputs(run.store, run.loaded, model, prep))
+
+
+def _recipe_twin(run, of: TwinOf, preps: list[Prepared], quantized: tuple[str, dict[str, Path]] | None) -> None:
+    """A recipe's model's twin of a precision: its runtime beside the graphs (``Recipe.twin``); none where the
+    recipe has no twin."""
+    recipe = recipe_for(of.model)
+    graphs = {p.graph: p.path for p in preps}
+    precision = quantized[0] if quantized else "float"
+    extras = recipe.twin(TwinPart(loaded=run.loaded, export=run.exports.get(of.model.name), model=of.model,
+                                  graphs=quantized[1] if quantized else graphs, cache=run.cache,
+                                  precision=precision)) if recipe is not None else None
+    if extras is None:
+        no_twin(run.out, twin_stem(of.model.name, precision), of.soc.name)
+    else:
+        stage_recipe_twin(of, extras, graphs, quantized)
+
+
+def real_inputs(store: SourceStore, loaded: LoadedMatrix, model: Model, prep: Prepared) -> TwinInputs | None:
+    """A twin graph's real samples (8; a stream's first steps), as its binaries' verification reads them."""
+    from ..prepare.graph import complete_feed
+    from .inputs import samples_of
+
+    ss = samples_of(store, loaded, model, prep.graph, prep.inputs, prep.outputs)
+    if ss is None:
+        return None
+    streams = [(n, [complete_feed(f, prep.inputs) for f in steps[:TWIN_STREAM_STEPS]])  # a carried input left
+               for n, steps in ss.streams[:8] if steps]  # out: zeros first
+    return TwinInputs(feeds=[f for _, steps in streams for f in steps], names=[n for n, _ in streams],
+                      note=ss.note + (f" (the first {TWIN_STREAM_STEPS} steps of each stream)" if ss.stream else ""),
+                      argmax=ss.argmax if ss.stream is None else None, stream=ss.stream,
+                      steps=[len(s) for _, s in streams] if ss.stream is not None else None)
