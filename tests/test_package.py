@@ -21,6 +21,7 @@ from ci_tools.sources.store import sha256_file
 from tests.conftest import path_model, run_cli, write_matrix
 from tests.fakes.fake_qairt import make_fake_sdk
 from tests.support import models
+from tests.support.counting import counted_cli, tools
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -198,7 +199,6 @@ def test_every_model_ships_its_twin_verified_through_on_device_compile_and_its_c
     """#41 item 1: the prepared float graphs as a release asset with its sha256, run through the QNN EP compiling
     it at session creation (timed, peak memory) and on CPU; the twin README's code runs as written."""
     import re
-    import sys
 
     out = tmp_path / "dist"
     shutil.copytree(built["out"], out, symlinks=True)
@@ -242,7 +242,6 @@ def _the_qdq_twin_is_the_builds_graph_and_runs(built, release, tmp_path) -> None
     """#41 item 1, quantized: the w8a16 twin holds the very QDQ graph the build compiled alpha's w8a16 binaries
     from, judged by the w8a16 bars against CPU on the float graph, and its README code runs as written."""
     import re
-    import sys
 
     report = json.loads((built["out"] / "build-report.json").read_text())
     (rec,) = {t["quantized_graph"] for t in report["targets"] if t["model"] == "alpha" and t["precision"] == "w8a16"}
@@ -343,7 +342,6 @@ def test_the_archive_readmes_python_runs_as_written_on_its_own_sample(built, tmp
     the README's python block run in the extracted folder, on the HTP emulator, against the sample's expected
     outputs."""
     import re
-    import sys
 
     out = tmp_path / "dist"
     shutil.copytree(built["out"], out, symlinks=True)
@@ -362,34 +360,6 @@ def test_the_archive_readmes_python_runs_as_written_on_its_own_sample(built, tmp
         assert errors and max(errors) < (0.01 if "fp16" in name else 0.1), r.stdout
 
 
-COUNTING_PACKAGE = """
-import json, subprocess, sys
-from pathlib import Path
-
-import onnxruntime
-
-seen = {"sessions": 0, "subprocesses": []}
-session_init, popen_init = onnxruntime.InferenceSession.__init__, subprocess.Popen.__init__
-
-
-def counted_session(self, *a, **k):
-    seen["sessions"] += 1
-    return session_init(self, *a, **k)
-
-
-def counted_popen(self, argv, *a, **k):  # every process started, by whatever module starts it
-    seen["subprocesses"].append([str(x) for x in ([argv] if isinstance(argv, (str, bytes)) else argv)[:3]])
-    return popen_init(self, argv, *a, **k)
-
-
-onnxruntime.InferenceSession.__init__, subprocess.Popen.__init__ = counted_session, counted_popen
-from ci_tools.release.package import PackageSettings, package
-
-package(Path(sys.argv[1]), PackageSettings(matrix=Path(sys.argv[2])))
-print(json.dumps(seen))
-"""
-
-
 def test_package_copies_what_the_build_kept_and_computes_nothing(built, tmp_path):
     """Data flows forward (#45): with an empty cache (no sources, no prepared graphs, no measurements), package runs
     no model on CPU or through the QNN EP, starts no process per archive or twin, and every archive's sample/ is
@@ -403,14 +373,13 @@ def test_package_copies_what_the_build_kept_and_computes_nothing(built, tmp_path
     fresh.mkdir()
     out = tmp_path / "dist"
     shutil.copytree(built["out"], out, ignore=shutil.ignore_patterns("release"))
-    env = {**built["env"], "QNN_RELEASE_CACHE": str(fresh)}
-    r = subprocess.run([sys.executable, "-c", COUNTING_PACKAGE, str(out), str(built["matrix"])],
-                       capture_output=True, text=True, env=env, timeout=600)
+    env = {k: v for k, v in {**built["env"], "QNN_RELEASE_CACHE": str(fresh)}.items() if k != "QNN_SDK_ROOT"}
+    r, seen = counted_cli(tmp_path / "seen.json", "package", "--out", str(out), "--matrix", str(built["matrix"]),
+                          env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    seen = json.loads(r.stdout.strip().splitlines()[-1])
-    assert seen["sessions"] == 0, seen  # no ONNX Runtime session: nothing run on CPU
-    tools = [Path(argv[0]).name for argv in seen["subprocesses"]]  # git rev-parse once per release; a parallel
-    assert set(tools) <= {"git", "lbzip2", "pbzip2"} and tools.count("git") <= 2, seen  # bzip2 writing an archive
+    assert seen["sessions"] == [], seen  # no ONNX Runtime session: nothing run on CPU or through the QNN EP
+    started = tools(seen)  # git rev-parse once per release; a parallel bzip2 writing an archive
+    assert set(started) <= {"git", "lbzip2", "pbzip2"} and started.count("git") <= 2, seen
     manifest = json.loads((out / "release" / "manifest.json").read_text())
     archives = [a["name"] for a in manifest["assets"] if a["kind"] == "model"]
     assert len(archives) == 5

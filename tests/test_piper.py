@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, readme_commands, run_cli
+from tests.support.counting import counted_cli, tools
 
 pytest.importorskip("onnxruntime_qnn")
 pytest.importorskip("piper_phonemize")
@@ -128,9 +129,13 @@ def test_a_piper_voice_is_built_verified_by_what_it_says_and_speaks_from_its_arc
 
     with FakeAIHub(frameworks=FRAMEWORKS, runner=_phone({"out": out, "repo": tmp_path, "env": env}),
                    latency_us={"Samsung Galaxy S25": 20000}) as hub:
-        r = run_cli("device-numbers", str(out), "--soc", "SM8750", "--poll-seconds", "0", "--no-cpu",
-                    env={**env, "QAI_HUB_API_TOKEN": hub.token, "QAI_HUB_API_URL": hub.url})
+        # #45: the recipe's inputs and CPU's answers are what the build kept beside its graphs: nothing runs here
+        r, seen = counted_cli(tmp_path / "seen.json", "device-numbers", str(out), "--soc", "SM8750",
+                              "--poll-seconds", "0", "--no-cpu",
+                              env={**env, "QAI_HUB_API_TOKEN": hub.token, "QAI_HUB_API_URL": hub.url})
     assert r.returncode == 0, r.stdout + r.stderr
+    # (uname -p: Python's platform module, for the AI Hub client's user agent)
+    assert seen["sessions"] == [] and set(tools(seen)) <= {"uname"}, seen
     runs = json.loads((out / "device-numbers.json").read_text())["targets"]
     assert runs[targets["encoder"]["id"]]["status"] == runs[targets["decoder"]["id"]]["status"] == "ok", runs
     assert "sentences of the model" in runs[targets["decoder"]["id"]]["parity"]["inputs"]

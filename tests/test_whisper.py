@@ -27,6 +27,7 @@ from ci_tools.recipes.whisper import check, runtime
 from ci_tools.recipes.whisper.package import _wav_bytes
 from tests.conftest import REPO, SDK_SECTION, readme_commands, run_cli
 from tests.support import whisper_tiny as wt
+from tests.support.counting import counted_cli, tools
 from tests.support.whisper import CLIPS, _speech_with_pauses
 
 
@@ -250,9 +251,13 @@ def test_tiny_whisper_builds_verifies_by_text_packages_and_transcribes_from_its_
 
     with FakeAIHub(frameworks=FRAMEWORKS, runner=_phone({"out": out, "repo": tmp_path, "env": env}),
                    latency_us={"Samsung Galaxy S25": 20000}) as hub:
-        r = run_cli("device-numbers", str(out), "--soc", "SM8750", "--poll-seconds", "0", "--no-cpu",
-                    env={**env, "QAI_HUB_API_TOKEN": hub.token, "QAI_HUB_API_URL": hub.url})
+        # #45: the recipe's inputs and CPU's answers are what the build kept beside its graphs: nothing runs here
+        r, seen = counted_cli(tmp_path / "seen.json", "device-numbers", str(out), "--soc", "SM8750",
+                              "--poll-seconds", "0", "--no-cpu",
+                              env={**env, "QAI_HUB_API_TOKEN": hub.token, "QAI_HUB_API_URL": hub.url})
     assert r.returncode == 0, r.stdout + r.stderr
+    # (uname -p: Python's platform module, for the AI Hub client's user agent)
+    assert seen["sessions"] == [] and set(tools(seen)) <= {"uname"}, seen
     runs = json.loads((out / "device-numbers.json").read_text())["targets"]
     enc_id = "tiny-whisper.encoder.sm8750.fp16"
     enc = runs[enc_id]

@@ -39,6 +39,7 @@ from .kept import KEPT, keep
 from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
+from .recipe_inputs import keep_recipe_inputs
 from .twins import stage_twins
 from .workers import run_all
 
@@ -144,6 +145,8 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildRep
     except OSError as e:
         print(f"warning: {out / KEPT}: could not keep the prepared graphs beside the build ({e}); package "
               "reads them from the cache instead", file=sys.stderr)
+    if not interrupted:  # what a device runs a recipe's graphs on, beside them (device-numbers computes nothing)
+        keep_recipe_inputs(run)
     if interrupted:
         raise KeyboardInterrupt
     return report

@@ -8,7 +8,7 @@ and copies what is kept here. A twin that cannot be measured is a warning here a
 
 from __future__ import annotations
 
-import sys
+import json
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +19,17 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared
 from ..recipes import TwinPart, recipe_for
-from .twin import GraphSamples, TwinInputs, TwinOf, failed_twin, no_twin, stage_recipe_twin, stage_twin, twin_stem
+from .twin import (
+    GraphSamples,
+    TwinInputs,
+    TwinOf,
+    failed_twin,
+    no_twin,
+    stage_recipe_twin,
+    stage_twin,
+    twin_record,
+    twin_stem,
+)
 
 if TYPE_CHECKING:
     from ..catalog.socs import Soc
@@ -69,29 +79,47 @@ def quantized_twins(complete: dict[Group, list[TargetRecord]], name: str, preps:
 
 
 def stage_twins(run, records: list[TargetRecord]) -> None:
-    """Every twin of the build's models, measured and kept in ``<out>/twins/`` (``run``: the build's ``_Run``)."""
+    """Every twin of the build's models, measured and kept in ``<out>/twins/`` (``run``: the build's ``_Run``), as
+    many at a time as the build runs jobs (each in a process of its own)."""
     complete, _ = complete_groups(records, run.loaded)
+    due = []
     for name in sorted({k[0] for k in complete}):
         model = run.loaded.matrix.model(name)
         mine = {p.graph: p for p in run.prepared if p.model == name}
         preps = [mine[g.name] for g in model.graphs if g.name in mine]
-        if len(preps) != len(model.graphs):
-            continue
-        soc = twin_soc(run.loaded, complete, name)
-        of = TwinOf(model, soc, run.cache, run.out)
-        for quantized in [None, *quantized_twins(complete, name, preps)]:
-            stem = twin_stem(name, quantized[0] if quantized else "float")
-            try:
-                if recipe_for(model) is not None:
-                    _recipe_twin(run, of, preps, quantized)
-                else:
-                    stage_twin(of, preps, partial(_samples, run, model, _built(complete, name)), quantized)
-            except Exception as e:  # one twin's failure never stops the others, nor the build
-                e = e if isinstance(e, QnnReleaseError) else QnnReleaseError(
-                    f"{stem}: {type(e).__name__}: {e}".splitlines()[0], hint="an unexpected error; please report it")
-                failed_twin(run.out, stem, soc.name, e)
-                print(f"warning: twin {stem}: {e.message} (package refuses this release until it is measured)",
-                      file=sys.stderr)
+        if len(preps) == len(model.graphs):
+            of = TwinOf(model, twin_soc(run.loaded, complete, name), run.cache, run.out)
+            due += [(of, preps, complete, q) for q in [None, *quantized_twins(complete, name, preps)]]
+    if not due:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(run.settings.jobs, len(due)))) as pool:
+        for line in pool.map(lambda d: _one(run, *d), due):
+            run.progress.info(line)
+
+
+def _one(run, of: TwinOf, preps: list[Prepared], complete: dict, quantized: tuple[str, dict] | None) -> str:
+    """One twin measured and kept; what became of it, in a line."""
+    stem = twin_stem(of.model.name, quantized[0] if quantized else "float")
+    try:
+        if recipe_for(of.model) is not None:
+            _recipe_twin(run, of, preps, quantized)
+        else:
+            stage_twin(of, preps, partial(_samples, run, of.model, _built(complete, of.model.name)), quantized)
+    except Exception as e:  # one twin's failure never stops the others, nor the build
+        e = e if isinstance(e, QnnReleaseError) else QnnReleaseError(
+            f"{stem}: {type(e).__name__}: {e}".splitlines()[0], hint="an unexpected error; please report it")
+        failed_twin(run.out, stem, of.soc.name, e)
+        return f"twin {stem} FAILED: {e.message} (package refuses the release until it is measured)"
+    record = json.loads(twin_record(run.out, stem).read_text())
+    if record.get("none"):
+        return f"twin {stem}: none (its recipe ships no twin)"
+    runs = [g["on_device_compile"] for g in record["values"]["graphs"]]
+    if any("not_measured" in r for r in runs):
+        return f"twin {stem}: kept, not measured ({runs[0]['not_measured']})"
+    verdict = "verified" if all(r.get("verified") for r in runs) else "NOT verified"
+    return f"twin {stem}: on-device compile for {of.soc.name} on the emulator, {verdict} ({runs[0].get('inputs')})"
 
 
 def _built(complete: dict[Group, list[TargetRecord]], model: str) -> dict[str, str]:

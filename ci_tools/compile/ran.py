@@ -5,6 +5,8 @@ Later stages copy from it and compute nothing: ``package`` takes the archive's `
 expected outputs say something), ``device-numbers`` the inputs a device runs and the answers it is judged against.
 A target that was not run on an emulator (a route without one here, or a recipe's graph, which its recipe checks
 with the chip's other graphs) keeps a generated input and CPU's answer, said as such (``emulator`` false).
+A recipe's graph also has the recipe's own inputs kept beside its prepared graph in the same form
+(``builder/recipe_inputs.py``), the ones a device runs it on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Ran:
     real: bool = False  # the model's real samples (False: generated inputs)
     streams: bool = False  # a stateful graph's steps, each fed the state CPU carried into it
     total: int = 0  # entries before they were thinned to MAX_ENTRIES and MAX_BYTES
+    note: str = ""  # what they are, in words, when the target's record does not say it (a recipe's inputs)
 
 
 def keep_spread(sizes: list[int], max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> list[int]:
@@ -46,17 +49,17 @@ def keep_spread(sizes: list[int], max_entries: int = MAX_ENTRIES, max_bytes: int
     return sorted(set(np.linspace(0, count - 1, keep).round().astype(int).tolist()))
 
 
-def write_ran(folder: Path, ran: Ran) -> None:
+def write_ran(folder: Path, ran: Ran, max_bytes: int = MAX_BYTES) -> None:
     """``ran.npz`` in a target's folder (the folder is still private to its job: written before it is finished)."""
     import io
 
     sizes = [sum(np.asarray(a).nbytes for a in f.values()) + sum(np.asarray(o).nbytes for o in outs)
              for f, outs in zip(ran.feeds, ran.outputs)]  # inputs and CPU's answers: what the file holds
-    pick = keep_spread(sizes)
+    pick = keep_spread(sizes, max_bytes=max_bytes)
     arrays: dict[str, np.ndarray] = {"names": np.array([ran.names[i] for i in pick]),
                                      "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator),
                                      "real": np.array(ran.real), "streams": np.array(ran.streams),
-                                     "total": np.array(ran.total or len(ran.feeds))}
+                                     "total": np.array(ran.total or len(ran.feeds)), "note": np.array(ran.note)}
     for j, i in enumerate(pick):
         arrays.update({f"in/{j}/{k}": np.asarray(v) for k, v in ran.feeds[i].items()})
         arrays.update({f"out/{j}/{n}": np.asarray(o) for n, o in enumerate(ran.outputs[i])})
@@ -84,7 +87,8 @@ def read_ran(folder: Path) -> Ran | None:
                 else:
                     outputs[int(i)][int(name)] = z[key]
         return Ran(names=names, feeds=feeds, outputs=outputs, output_names=output_names, emulator=bool(z["emulator"]),
-                   real=bool(z["real"]), streams=bool(z["streams"]), total=int(z["total"]))
+                   real=bool(z["real"]), streams=bool(z["streams"]), total=int(z["total"]),
+                   note=str(z["note"]) if "note" in z.files else "")
 
 
 def no_expectation(output_names: list[str], expected: list[np.ndarray], constant_ok: list[str]) -> str | None:

@@ -1,29 +1,27 @@
 """What a device runs a graph on, and what CPU says it should give: the inputs the emulator verified the target
 on and CPU's answers for them, as the build kept them in the target's folder (``compile/ran.py``: the model's real
-samples, else generated inputs), or its recipe's own inputs.
+samples, else generated inputs), or its recipe's own inputs, which the build kept beside the graph.
 
 A device job runs every input on its own, so a stateful graph (``samples.stream``) runs each step with the
 state ONNX Runtime on CPU carried into it in the build; the judge is then per step. The reference is the prepared
-graph on CPU (ONNX Runtime), the graph the binary was compiled from: for a recipe's inputs it is run here.
+graph on CPU (ONNX Runtime), the graph the binary was compiled from, as the build ran it: nothing runs here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from ..compile.ran import keep_spread, read_ran
+from ..builder.recipe_inputs import MAX_BYTES  # the most a recipe's graph keeps: a device job's dataset
+from ..compile.ran import Ran, keep_spread, read_ran
 from ..compile.records import BuildReport
 from ..errors import PackageError
-from ..matrix.schema import LoadedMatrix, Model
-from ..prepare.graph import Prepared, cpu_session
-from ..recipes import recipe_for
+from ..matrix.schema import Model
+from ..prepare.graph import Prepared
 
 MAX_ENTRIES = 64  # inputs per graph: enough to judge, few enough for a device job's dataset
-MAX_BYTES = 256 << 20  # a speech decoder's step with its caches is ~50 MB: a handful of them
 
 
 @dataclass(frozen=True)
@@ -44,41 +42,36 @@ class DeviceInputs:
         return {k: [f[k] for f in self.feeds] for k in self.feeds[0]} if self.feeds else {}
 
 
-def device_inputs(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path,
-                  max_entries: int = MAX_ENTRIES) -> DeviceInputs:
-    """The inputs of one graph for a device run, with the CPU reference (at most ``max_entries`` and
-    ``MAX_BYTES``, spread evenly over the samples so every recording is represented). A graph verified on its own
-    takes what its verification ran (``ran.npz``, CPU's answers beside it: nothing is computed again); a recipe's
-    graph takes the recipe's inputs."""
-    names, feeds, reference, note, real = _feeds(loaded, report, m, prep, cache)
+def device_inputs(report: BuildReport, m: Model, prep: Prepared, max_entries: int = MAX_ENTRIES) -> DeviceInputs:
+    """The inputs of one graph for a device run, with the CPU reference (at most ``max_entries``, spread evenly over
+    the samples so every recording is represented), as the build kept them: nothing is computed here. A graph
+    verified on its own takes what its verification ran (its targets' ``ran.npz``); a recipe's graph the recipe's
+    inputs, kept beside the prepared graph (``builder/recipe_inputs.py``)."""
+    ran, note = _kept(report, m, prep)
+    names, feeds, reference = ran.names, ran.feeds, ran.outputs
     pick = keep_spread([sum(a.nbytes for a in f.values()) for f in feeds], max_entries, MAX_BYTES)
-    if len(pick) < len(feeds):
-        names, feeds = [names[i] for i in pick], [feeds[i] for i in pick]
-        reference = [reference[i] for i in pick] if reference is not None else None
+    if ran.total > len(pick):
         note += f"; {len(pick)} of them, spread evenly"
-    if reference is None:
-        sess = cpu_session(prep.path)
-        reference = [sess.run(None, f) for f in feeds]
+    if len(pick) < len(feeds):
+        names, feeds, reference = [names[i] for i in pick], [feeds[i] for i in pick], [reference[i] for i in pick]
     argmax = {k: v for b in m.sample_blocks() for k, v in b.argmax.items()}
     return DeviceInputs(model=m.name, graph=prep.graph, names=names, feeds=feeds, reference=reference,
                         output_names=[t.name for t in prep.outputs], note=note,
-                        verdict="real-samples" if real else "generated-inputs", argmax=argmax)
+                        verdict="real-samples" if ran.real else "generated-inputs", argmax=argmax)
 
 
-def _feeds(loaded: LoadedMatrix, report: BuildReport, m: Model, prep: Prepared, cache: Path
-           ) -> tuple[list[str], list[dict[str, np.ndarray]], list[list[np.ndarray]] | None, str, bool]:
-    """(names, feeds, CPU's answers for them when recorded, what they are, whether they are real samples)."""
-    recipe = recipe_for(m)
-    own = recipe.device_feeds(loaded, report, m, prep.graph, cache) if recipe is not None else None
+def _kept(report: BuildReport, m: Model, prep: Prepared) -> tuple[Ran, str]:
+    """What the build kept for the graph (a recipe's inputs beside the kept graph first), and what it is, in
+    words."""
+    own = read_ran(prep.path.parent)  # beside the graph the build kept (the prepare cache keeps none)
     if own is not None:
-        return own.names, own.feeds, None, own.note, own.real
+        return own, own.note or "the recipe's inputs"
     for r in report.records:
         if r.model == m.name and r.graph == prep.graph and r.built:
             ran = read_ran(report.path.parent / r.id)
             if ran is not None:
                 what = (r.verify_inputs or "real samples") if ran.real else f"{ran.total} generated inputs"
-                how = "; each step with the state CPU carries into it" if ran.streams else ""
-                kept = f"; {len(ran.feeds)} of them, spread evenly" if ran.total > len(ran.feeds) else ""
-                return ran.names, ran.feeds, ran.outputs, f"{what}{how}{kept}", ran.real
-    raise PackageError(f"{m.name}/{prep.graph}: no target of the build keeps what its verification ran (ran.npz)",
+                return ran, what + ("; each step with the state CPU carries into it" if ran.streams else "")
+    raise PackageError(f"{m.name}/{prep.graph}: the build kept no inputs for a device to run it on (ran.npz in a "
+                       "target's folder, or beside the graph in models/ for a recipe's graph)",
                        hint="run `qnn-release build` again: it verifies the targets again and keeps their compiles")

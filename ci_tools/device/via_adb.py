@@ -31,7 +31,6 @@ from ..compile.backends.qairt import BIN, QairtBackend, tensor_io
 from ..compile.records import TargetRecord
 from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
-from ..sources.store import default_cache
 from ..util import cmd
 from ..util.text import clip
 from .adb import Adb, AdbFault
@@ -136,8 +135,7 @@ def _run(build: Build, r: TargetRecord, phone: _Phone, chip: Soc, settings: Sett
     adb, backend, device = phone.adb, phone.backend, phone.device
     out, loaded, report = build.out, build.loaded, build.report
     prep = prepared_for(report, r)
-    inp = device_inputs(loaded, report, loaded.matrix.model(r.model), prep, default_cache(),
-                        max_entries=settings.max_entries)
+    inp = device_inputs(report, loaded.matrix.model(r.model), prep, max_entries=settings.max_entries)
     binary = out / r.id / cast("list[str]", r.binaries)[0]  # a built target's
     lib = f"{REMOTE}/lib"
     _push_runtime(adb, backend.root, chip.htp_arch, lib)

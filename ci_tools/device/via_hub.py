@@ -25,7 +25,7 @@ from ..compile import qnn_ep
 from ..compile.records import BuildReport, TargetRecord
 from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix
-from ..sources.store import default_cache, sha256_file
+from ..sources.store import sha256_file
 from .binary_io import BinaryIO
 from .common import Build, NoRuntime, Settings, judge, log_path, major_minor, now, prepared_for, status_of, triple
 from .hub import (
@@ -131,8 +131,8 @@ def _plan(run: _Run, r: TargetRecord) -> None:
         prep = prepared_for(run.report, r)
         key = (r.model, r.graph)
         if key not in run._inputs:
-            run._inputs[key] = device_inputs(run.loaded, run.report, run.loaded.matrix.model(r.model), prep,
-                                             default_cache(), max_entries=run.settings.max_entries)
+            run._inputs[key] = device_inputs(run.report, run.loaded.matrix.model(r.model), prep,
+                                             max_entries=run.settings.max_entries)
         run.jobs.append(_Job(record=r, device=device, stands_in_for=stands_in, qairt=qairt,
                              inputs=run._inputs[key], io=BinaryIO(ctx), names=qnn_ep.stub_io_names(ctx, prep)))
     except HubFault as f:

@@ -255,9 +255,10 @@ class Recipe(Protocol):
         """The model's twin: what the recipe's runtime needs beside the float graphs (None: the model has none)."""
         return None
 
-    def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
+    def device_feeds(self, loaded: LoadedMatrix, export: Path, model: Model, graph: str, cache: Path
                      ) -> DeviceFeeds | None:
-        """What a device runs the graph on (None: the generic samples or generated inputs)."""
+        """What a device runs the graph on (None: the generic samples or generated inputs), from the model's
+        ``export`` the build made and checked; the build keeps them beside the graph with CPU's answers."""
         return None
 
     def device_summary(self, runs: dict[str, Any], result: dict[str, Any]) -> dict[str, Any] | None:

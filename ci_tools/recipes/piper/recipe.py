@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from ...compile.records import BuildReport, TargetRecord
+    from ...compile.records import TargetRecord
     from ...matrix.schema import LoadedMatrix, Model
 
 
@@ -85,16 +85,12 @@ class PiperRecipe(Recipe):
         """A quantized graph calibrates on the model's sentences as CPU says them."""
         return _feeds(loaded, model, graph, export)[1]
 
-    def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
+    def device_feeds(self, loaded: LoadedMatrix, export: Path, model: Model, graph: str, cache: Path
                      ) -> DeviceFeeds | None:
         """The graph's inputs as CPU says the model's sentences: the encoder's ids, the decoder's windows."""
-        if model.name not in report.exports:
-            return None
-        from pathlib import Path
-
         from .. import DeviceFeeds
 
-        sentences, feeds = _feeds(loaded, model, graph, Path(report.exports[model.name]))
+        sentences, feeds = _feeds(loaded, model, graph, export)
         return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds, real=True,
                            note=f"{sentences} sentences of the model ({graph} inputs as CPU says them)")
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from ...compile.records import BuildReport, TargetRecord
+    from ...compile.records import TargetRecord
     from ...matrix.schema import LoadedMatrix, Model
 
 PROMPT_STEPS = 4  # the multilingual prompt: <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
@@ -81,16 +81,14 @@ class WhisperRecipe(Recipe):
         return ArchiveExtras(members=members, result=transcript,
                              readme=readme_context(part.stem, members, part.binaries))
 
-    def device_feeds(self, loaded: LoadedMatrix, report: BuildReport, model: Model, graph: str, cache: Path
+    def device_feeds(self, loaded: LoadedMatrix, export: Path, model: Model, graph: str, cache: Path
                      ) -> DeviceFeeds | None:
         """The encoder on each recording's mel features, the decoder on the steps CPU decodes them with
         (every prompt step, text steps spread over them)."""
-        if model.name not in report.exports:
-            return None
         from .check import calibration, verify_clips
 
         clips, recorded = verify_clips(loaded, model, cache)
-        feeds = calibration(Path(report.exports[model.name]), clips, graph, model.calibration.samples,
+        feeds = calibration(export, clips, graph, model.calibration.samples,
                             transcript_of(model).language, transcript_of(model).max_tokens)
         what = "recordings" if recorded else "synthetic clips"
         return DeviceFeeds(names=[f"{graph} input {i}" for i in range(len(feeds))], feeds=feeds,
