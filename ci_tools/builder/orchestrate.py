@@ -40,6 +40,7 @@ from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
 from .recipe_inputs import keep_recipe_inputs
+from .twin import TWINS
 from .twins import stage_twins
 from .workers import run_all
 
@@ -92,10 +93,13 @@ def _exclusive(out: Path):
 
 
 def _remove_temporaries(out: Path) -> None:
-    """Half-written target folders of an interrupted or killed build (they start with a dot)."""
-    for p in out.glob(".*"):
+    """Half-written target and twin folders of an interrupted or killed build (they start with a dot), and the
+    files it was moving beside the kept graphs."""
+    for p in [*out.glob(".*"), *(out / TWINS).glob(".*")]:
         if p.is_dir() and (re.search(r"\.old-\d+$", p.name) or re.match(r"^\.[\w.-]+\.[a-z0-9_]{8}$", p.name)):
             shutil.rmtree(p, ignore_errors=True)
+    for p in (out / KEPT).glob("*/*/.ran.npz.*"):
+        p.unlink(missing_ok=True)
 
 
 def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildReport:
@@ -135,21 +139,32 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildRep
         "jobs": jobs,
     }
     report.work = work_ratio(ordered)
-    if not interrupted:  # each model's twins: measured here, copied by package
-        t0 = time.monotonic()
-        stage_twins(run, ordered)
-        report.timings["twins"] = round(time.monotonic() - t0, 3)
+    interrupted = _twins(run, report, ordered) or interrupted
     report.write()
     try:  # what package copies: the prepared graphs, the licence files (it falls back to the cache without them)
         keep(out, run.prepared, run.licences)
     except OSError as e:
         print(f"warning: {out / KEPT}: could not keep the prepared graphs beside the build ({e}); package "
               "reads them from the cache instead", file=sys.stderr)
-    if not interrupted:  # what a device runs a recipe's graphs on, beside them (device-numbers computes nothing)
-        keep_recipe_inputs(run)
+    # what a device runs a recipe's graphs on, beside them (device-numbers computes nothing); none when interrupted
+    keep_recipe_inputs(run, interrupted)
     if interrupted:
         raise KeyboardInterrupt
     return report
+
+
+def _twins(run: _Run, report: BuildReport, ordered: list[TargetRecord]) -> bool:
+    """Each model's twins, measured and kept (package copies them), the time they took in the report; True when
+    interrupted meanwhile (the report says so)."""
+    if report.interrupted:
+        return True
+    t0 = time.monotonic()
+    try:
+        stage_twins(run, ordered)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    report.timings["twins"] = round(time.monotonic() - t0, 3)
+    return report.interrupted
 
 
 @dataclass(frozen=True)

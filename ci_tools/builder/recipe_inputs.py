@@ -16,58 +16,66 @@ import os
 import sys
 from pathlib import Path
 
-from ..compile.ran import MAX_ENTRIES, RAN_FILE, Ran, keep_spread, write_ran
+from ..compile.ran import DEVICE_MAX_BYTES, MAX_ENTRIES, RAN_FILE, Ran, keep_spread, write_ran
 from ..errors import QnnReleaseError
 from ..prepare.graph import Prepared, cpu_session
 from ..recipes import recipe_for
 from ..util.files import link_or_copy
-from .kept import kept_graph
+from .kept import is_current, kept_graph
 
 INPUTS_VERSION = 1  # in the cache key: a change here makes them again
-MAX_BYTES = 256 << 20  # a speech decoder's step with its caches is ~50 MB: a handful of them
 
 
-def keep_recipe_inputs(run) -> None:
+def keep_recipe_inputs(run, interrupted: bool = False) -> None:
     """Each built recipe graph's device inputs and CPU's answers, beside its kept graph (``run``: the build's
-    ``_Run``; after ``keep``). A failure is a warning: ``device-numbers`` then says the build kept none."""
+    ``_Run``; after ``keep``). The earlier build's are removed first: after an interrupt, a failure (a warning) or a
+    recipe that has none, ``device-numbers`` finds none and says so, never stale ones."""
     for name, export in sorted(run.exports.items()):
         model = run.loaded.matrix.model(name)
         recipe = recipe_for(model)
         built = {r.graph for r in run.records.values() if r.model == name and r.built}
-        for prep in [p for p in run.prepared if p.model == name and p.graph in built]:
+        for prep in [p for p in run.prepared if p.model == name]:
             dest = kept_graph(run.out, prep).parent
-            if recipe is None or not dest.is_dir():
+            (dest / RAN_FILE).unlink(missing_ok=True)
+            if interrupted or recipe is None or prep.graph not in built or not is_current(run.out, prep):
                 continue
             try:
                 made = _made(run, recipe, export, prep)
             except Exception as e:  # a help for a later stage: never the build's failure
                 what = e.message if isinstance(e, QnnReleaseError) else f"{type(e).__name__}: {e}".splitlines()[0]
-                print(f"warning: {name}/{prep.graph}: the inputs a device runs it on could not be kept ({what})",
-                      file=sys.stderr)
+                print(f"warning: {name}/{prep.graph}: the inputs a device runs it on could not be kept ({what}); "
+                      "device-numbers will refuse it", file=sys.stderr)
                 continue
             if made is not None:
                 tmp = dest / f".{RAN_FILE}.{os.getpid()}"
-                tmp.unlink(missing_ok=True)
-                link_or_copy(made, tmp)
-                os.replace(tmp, dest / RAN_FILE)
+                try:
+                    link_or_copy(made, tmp)
+                    os.replace(tmp, dest / RAN_FILE)
+                finally:
+                    tmp.unlink(missing_ok=True)
 
 
 def _made(run, recipe, export: Path, prep: Prepared) -> Path | None:
     """The recipe's inputs for ``prep`` with CPU's answers, in the build's cache (None: the recipe has none)."""
+    import onnxruntime
+
+    model = run.loaded.matrix.model(prep.model)
+    # what they are made of: the graph, the recipe's export and inputs, the model's settings, the runtime
     key = hashlib.sha256(json.dumps([INPUTS_VERSION, prep.sha256, prep.graph, run.recipe_digests.get(prep.model),
-                                     MAX_ENTRIES, MAX_BYTES]).encode()).hexdigest()
+                                     model.verify.model_dump(mode="json") if model.verify else None,
+                                     model.calibration.model_dump(mode="json"), onnxruntime.__version__,
+                                     MAX_ENTRIES, DEVICE_MAX_BYTES], sort_keys=True).encode()).hexdigest()
     folder = run.cache / "recipe-inputs" / key
     if (folder / RAN_FILE).is_file():
         return folder / RAN_FILE
-    model = run.loaded.matrix.model(prep.model)
     own = recipe.device_feeds(run.loaded, export, model, prep.graph, run.cache)
     if own is None or not own.feeds:
         return None
-    pick = keep_spread([sum(a.nbytes for a in f.values()) for f in own.feeds], MAX_ENTRIES, MAX_BYTES)
+    pick = keep_spread([sum(a.nbytes for a in f.values()) for f in own.feeds], MAX_ENTRIES, DEVICE_MAX_BYTES)
     feeds, names = [own.feeds[i] for i in pick], [own.names[i] for i in pick]
     sess = cpu_session(prep.path)
     folder.mkdir(parents=True, exist_ok=True)  # (the count kept is said by whoever reads it: ``total`` is here)
     write_ran(folder, Ran(names=names, feeds=feeds, outputs=[sess.run(None, f) for f in feeds],
                           output_names=[t.name for t in prep.outputs], emulator=False, real=own.real,
-                          total=len(own.feeds), note=own.note), max_bytes=MAX_BYTES)
+                          total=len(own.feeds), note=own.note), max_bytes=None)  # thinned once, by inputs
     return folder / RAN_FILE

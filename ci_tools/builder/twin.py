@@ -75,6 +75,7 @@ class TwinOf:
     soc: Any  # catalog Soc
     cache: Path  # the build's cache: the measurements are kept in its twins/
     out: Path  # the build's output folder: the twin is kept in its twins/
+    build: str = ""  # the build that keeps it (its report's ``started``): package takes no other build's twin
 
     @property
     def measured(self) -> Path:
@@ -95,7 +96,7 @@ def measure(graph: Path, of: TwinOf, inputs: TwinInputs, outputs: list[str], pre
     try:
         qnn_ep.qnn_version()
     except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
-        return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was packaged",
+        return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was built",
                 "soc": of.soc.name}
     h = hashlib.sha256(json.dumps([TWIN_VERSION, sha256_file(graph), of.soc.soc_model, of.soc.htp_arch,
                                    qnn_ep.qnn_version(), names, inputs.names, inputs.argmax,
@@ -123,8 +124,8 @@ def measure(graph: Path, of: TwinOf, inputs: TwinInputs, outputs: list[str], pre
             with np.load(Path(tmp) / "outputs.npz", allow_pickle=False) as z:
                 answers = {k: z[k] for k in z.files}
     if r.returncode != 0 or not lines:
-        raise QnnReleaseError(f"{graph.parent.name}: the twin could not be run through the QNN EP: "
-                              f"{clip(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'no output', 300)}",
+        last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no output"
+        raise QnnReleaseError(f"{graph.name} could not be run through the QNN EP: {clip(last, 300)}",
                               hint="the prepared graph must compile for its chip (run the build with --verbose)")
     run = json.loads(lines[-1])
     ref, got = ([[answers[f"{side}/{i}/{k}"] for k in range(len(names))] for i in range(len(feeds))]
@@ -252,16 +253,23 @@ def stage_recipe_twin(of: TwinOf, extras, graphs: dict[str, Path],
                                    "context": {"answered": bool(answers), **extras.context}})
 
 
-def no_twin(out: Path, stem: str, soc: str) -> None:
+def no_twin(of: TwinOf, stem: str) -> None:
     """The record of a recipe's model whose recipe ships no twin (``Recipe.twin`` said None)."""
-    shutil.rmtree(out / TWINS / stem, ignore_errors=True)
-    write_json(twin_record(out, stem), {"record_version": RECORD_VERSION, "stem": stem, "soc": soc, "none": True})
+    twin_record(of.out, stem).unlink(missing_ok=True)
+    shutil.rmtree(of.out / TWINS / stem, ignore_errors=True)
+    write_json(twin_record(of.out, stem), _head(of, stem) | {"none": True})
 
 
-def failed_twin(out: Path, stem: str, soc: str, error: QnnReleaseError) -> None:
+def failed_twin(of: TwinOf, stem: str, error: QnnReleaseError) -> None:
     """The record of a twin the build could not measure: ``package`` refuses it with the build's own words."""
-    write_json(twin_record(out, stem), {"record_version": RECORD_VERSION, "stem": stem, "soc": soc,
-                                        "error": error.message, "hint": error.hint})
+    twin_record(of.out, stem).unlink(missing_ok=True)
+    shutil.rmtree(of.out / TWINS / stem, ignore_errors=True)
+    write_json(twin_record(of.out, stem), _head(of, stem) | {"error": error.message, "hint": error.hint})
+
+
+def _head(of: TwinOf, stem: str) -> dict:
+    """What every record of a twin says first: which twin, measured for which chip, by which build."""
+    return {"record_version": RECORD_VERSION, "stem": stem, "soc": of.soc.name, "build": of.build}
 
 
 def _keep(of: TwinOf, stem: str, files: list[Member], record: dict) -> dict:
@@ -281,8 +289,7 @@ def _keep(of: TwinOf, stem: str, files: list[Member], record: dict) -> dict:
         replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    record = {"record_version": RECORD_VERSION, "stem": stem, "soc": of.soc.name,
-              "files": [name for name, _ in files], **record}
+    record = _head(of, stem) | {"files": [name for name, _ in files], **record}
     write_json(twin_record(of.out, stem), record)
     return record
 
@@ -351,7 +358,7 @@ def _measure_recipe(of: TwinOf, files: list[tuple[str, Path | bytes]], check: li
             lines = r.stdout.strip().splitlines()
             if r.returncode != 0 or not lines:
                 last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no output"
-                raise QnnReleaseError(f"{of.model.name}: the twin could not be run through the QNN EP: "
+                raise QnnReleaseError(f"its graphs could not be run through the QNN EP by its runtime: "
                                       f"{clip(last, 300)}", hint="its float graphs must compile for the chip (run the "
                                                                  "build with --verbose)")
             write_json(out / "run.json", {**json.loads(lines[-1]), "qnn_version": version})
@@ -361,7 +368,7 @@ def _measure_recipe(of: TwinOf, files: list[tuple[str, Path | bytes]], check: li
             try:
                 shutil.rmtree(done, ignore_errors=True)  # a half-written one (no run.json) is never read
                 os.replace(staged, done)  # whole or not at all
-            except OSError:  # another packager wrote it first: theirs is the same measurement
+            except OSError:  # another build wrote it first: theirs is the same measurement
                 pass
             finally:
                 shutil.rmtree(staged.parent, ignore_errors=True)

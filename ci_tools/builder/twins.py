@@ -9,9 +9,10 @@ and copies what is kept here. A twin that cannot be measured is a warning here a
 from __future__ import annotations
 
 import json
+import shutil
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..compile.records import TargetRecord
 from ..compile.sample import ran_of
@@ -20,6 +21,7 @@ from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared
 from ..recipes import TwinPart, recipe_for
 from .twin import (
+    TWINS,
     GraphSamples,
     TwinInputs,
     TwinOf,
@@ -64,55 +66,68 @@ def twin_soc(loaded: LoadedMatrix, complete: dict[Group, list[TargetRecord]], mo
 
 def quantized_twins(complete: dict[Group, list[TargetRecord]], name: str, preps: list[Prepared]
                     ) -> list[tuple[str, dict[str, Path]]]:
-    """Per quantized precision of the model, the QDQ graph of each of its graphs the build compiled its binaries
-    from (the ort route's, in the prepared graph's folder, named in the target records). A precision whose QDQ
-    graphs are not all there (the qairt route quantizes in its converter) has no twin."""
+    """Per quantized precision of the model whose every graph's binaries were compiled from a QDQ graph the target
+    records name (the ort route's, in the prepared graph's folder), those graphs; the records decide, not what is
+    on disk (a missing one is the twin's failure, never a twin left out). The qairt route quantizes in its
+    converter: no twin."""
     found: dict[str, dict] = {}
     for (model, _, precision), records in sorted(complete.items()):
         if model != name or precision == "fp16" or precision in found:
             continue
         by_graph = {r.graph: r.quantized_graph for r in records if r.quantized_graph}
-        graphs = {p.graph: p.path.parent / by_graph[p.graph] for p in preps if p.graph in by_graph}
-        if len(graphs) == len(preps) and all(g.is_file() for g in graphs.values()):
-            found[precision] = graphs
+        if all(p.graph in by_graph for p in preps):
+            found[precision] = {p.graph: p.path.parent / by_graph[p.graph] for p in preps}
     return sorted(found.items())
 
 
 def stage_twins(run, records: list[TargetRecord]) -> None:
-    """Every twin of the build's models, measured and kept in ``<out>/twins/`` (``run``: the build's ``_Run``), as
-    many at a time as the build runs jobs (each in a process of its own)."""
+    """Every twin of the build's models, measured one at a time (each in a process of its own: its first load's
+    time and memory are its own) and kept in ``<out>/twins/`` (``run``: the build's ``_Run``); the twins of models
+    this build did not make are removed. An interrupt stops here (the caller records the build as interrupted)."""
     complete, _ = complete_groups(records, run.loaded)
-    due = []
+    kept: set[str] = set()
     for name in sorted({k[0] for k in complete}):
-        model = run.loaded.matrix.model(name)
-        mine = {p.graph: p for p in run.prepared if p.model == name}
-        preps = [mine[g.name] for g in model.graphs if g.name in mine]
-        if len(preps) == len(model.graphs):
-            of = TwinOf(model, twin_soc(run.loaded, complete, name), run.cache, run.out)
-            due += [(of, preps, complete, q) for q in [None, *quantized_twins(complete, name, preps)]]
-    if not due:
-        return
-    from concurrent.futures import ThreadPoolExecutor
+        try:
+            due = _due(run, complete, name)
+        except Exception as e:  # a model's twins never stop the build: package refuses them by name
+            run.progress.info(f"warning: {name}: its twins could not be made: {_as_error(e, name).message}")
+            continue
+        for of, preps, quantized in due:
+            stem = twin_stem(name, quantized[0] if quantized else "float")
+            kept.add(stem)
+            run.progress.info(_one(run, of, preps, complete, quantized))
+    _prune(run.out / TWINS, kept)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(run.settings.jobs, len(due)))) as pool:
-        for line in pool.map(lambda d: _one(run, *d), due):
-            run.progress.info(line)
+
+def _due(run, complete: dict[Group, list[TargetRecord]], name: str) -> list[tuple[TwinOf, list[Prepared], Any]]:
+    """A model's twins: (whose, its prepared graphs, None or (precision, its QDQ graphs)); none when a graph was
+    not prepared."""
+    model = run.loaded.matrix.model(name)
+    mine = {p.graph: p for p in run.prepared if p.model == name}
+    preps = [mine[g.name] for g in model.graphs if g.name in mine]
+    if len(preps) != len(model.graphs):
+        return []
+    of = TwinOf(model, twin_soc(run.loaded, complete, name), run.cache, run.out, run.when)
+    return [(of, preps, q) for q in [None, *quantized_twins(complete, name, preps)]]
 
 
 def _one(run, of: TwinOf, preps: list[Prepared], complete: dict, quantized: tuple[str, dict] | None) -> str:
     """One twin measured and kept; what became of it, in a line."""
     stem = twin_stem(of.model.name, quantized[0] if quantized else "float")
     try:
+        gone = [str(p) for p in (quantized[1].values() if quantized else ()) if not p.is_file()]
+        if gone:
+            raise QnnReleaseError(f"the QDQ graph {gone[0]} its binaries were compiled from is gone",
+                                  hint="run `qnn-release build --force` (it quantizes again)")
         if recipe_for(of.model) is not None:
             _recipe_twin(run, of, preps, quantized)
         else:
             stage_twin(of, preps, partial(_samples, run, of.model, _built(complete, of.model.name)), quantized)
+        record = json.loads(twin_record(run.out, stem).read_text())
     except Exception as e:  # one twin's failure never stops the others, nor the build
-        e = e if isinstance(e, QnnReleaseError) else QnnReleaseError(
-            f"{stem}: {type(e).__name__}: {e}".splitlines()[0], hint="an unexpected error; please report it")
-        failed_twin(run.out, stem, of.soc.name, e)
-        return f"twin {stem} FAILED: {e.message} (package refuses the release until it is measured)"
-    record = json.loads(twin_record(run.out, stem).read_text())
+        error = _as_error(e, stem)
+        failed_twin(of, stem, error)
+        return f"twin {stem} FAILED: {error.message} (package refuses the release until it is measured)"
     if record.get("none"):
         return f"twin {stem}: none (its recipe ships no twin)"
     runs = [g["on_device_compile"] for g in record["values"]["graphs"]]
@@ -120,6 +135,27 @@ def _one(run, of: TwinOf, preps: list[Prepared], complete: dict, quantized: tupl
         return f"twin {stem}: kept, not measured ({runs[0]['not_measured']})"
     verdict = "verified" if all(r.get("verified") for r in runs) else "NOT verified"
     return f"twin {stem}: on-device compile for {of.soc.name} on the emulator, {verdict} ({runs[0].get('inputs')})"
+
+
+def _as_error(e: Exception, stem: str) -> QnnReleaseError:
+    """A twin's failure in one line beginning with its name."""
+    if isinstance(e, QnnReleaseError):
+        return QnnReleaseError(f"{stem}: {e.message}", hint=e.hint)
+    return QnnReleaseError(f"{stem}: {type(e).__name__}: {e}".splitlines()[0],
+                           hint="an unexpected error (run with --verbose); please report it")
+
+
+def _prune(folder: Path, kept: set[str]) -> None:
+    """The twins of models this build did not make (its report does not name them: package never reads them)."""
+    if not folder.is_dir():
+        return
+    for p in folder.iterdir():
+        stem = p.name[:-len(".json")] if p.name.endswith(".json") else p.name
+        if stem not in kept and not p.name.startswith("."):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
 
 def _built(complete: dict[Group, list[TargetRecord]], model: str) -> dict[str, str]:
@@ -143,13 +179,14 @@ def _recipe_twin(run, of: TwinOf, preps: list[Prepared], quantized: tuple[str, d
     """A recipe's model's twin of a precision: its runtime beside the graphs (``Recipe.twin``); none where the
     recipe has no twin."""
     recipe = recipe_for(of.model)
+    assert recipe is not None  # the caller asked
     graphs = {p.graph: p.path for p in preps}
     precision = quantized[0] if quantized else "float"
     extras = recipe.twin(TwinPart(loaded=run.loaded, export=run.exports.get(of.model.name), model=of.model,
                                   graphs=quantized[1] if quantized else graphs, cache=run.cache,
-                                  precision=precision)) if recipe is not None else None
+                                  precision=precision))
     if extras is None:
-        no_twin(run.out, twin_stem(of.model.name, precision), of.soc.name)
+        no_twin(of, twin_stem(of.model.name, precision))
     else:
         stage_recipe_twin(of, extras, graphs, quantized)
 

@@ -97,7 +97,8 @@ def register(sub, matrix_arg, target_filters) -> None:
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="targets compiled at once, each in its own process (default: 2, or 1 on a one-core machine)")
     p.add_argument("--out", type=Path, default=Path("dist"))
-    p.add_argument("--cache", type=Path, default=None, help="sources, prepared graphs (default ~/.cache/qnn-release)")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="sources, prepared graphs, targets, twins' measurements (default ~/.cache/qnn-release)")
     p.add_argument("--force", action="store_true", help="rebuild targets even when cached")
     p.add_argument("--precompile-only", action="store_true",
                    help="fetch, prepare and convert once per graph and precision; compile for no chip "

@@ -23,6 +23,8 @@ RAN_FILE = "ran.npz"
 RAN_VERSION = 1  # in the targets' key: a target built before its folder kept ran.npz is verified again
 MAX_ENTRIES = 64  # inputs kept per target: enough for a device's judgement, spread evenly over the samples
 MAX_BYTES = 64 << 20  # and at most this much of them (each chip's folder keeps its own copy)
+DEVICE_MAX_BYTES = 256 << 20  # a device's inputs of a recipe's graph, once per graph (a speech decoder's step with
+# its caches is ~50 MB: a handful of them); also the most a device job takes
 SAMPLE_TRIES = 4  # generated inputs tried for one whose expected outputs say something
 
 
@@ -49,13 +51,14 @@ def keep_spread(sizes: list[int], max_entries: int = MAX_ENTRIES, max_bytes: int
     return sorted(set(np.linspace(0, count - 1, keep).round().astype(int).tolist()))
 
 
-def write_ran(folder: Path, ran: Ran, max_bytes: int = MAX_BYTES) -> None:
-    """``ran.npz`` in a target's folder (the folder is still private to its job: written before it is finished)."""
+def write_ran(folder: Path, ran: Ran, max_bytes: int | None = MAX_BYTES) -> None:
+    """``ran.npz`` in a target's folder (the folder is still private to its job: written before it is finished),
+    thinned to ``max_bytes`` of inputs and answers (None: as it is, thinned by its writer)."""
     import io
 
     sizes = [sum(np.asarray(a).nbytes for a in f.values()) + sum(np.asarray(o).nbytes for o in outs)
              for f, outs in zip(ran.feeds, ran.outputs)]  # inputs and CPU's answers: what the file holds
-    pick = keep_spread(sizes, max_bytes=max_bytes)
+    pick = keep_spread(sizes, max_bytes=max_bytes) if max_bytes is not None else list(range(len(sizes)))
     arrays: dict[str, np.ndarray] = {"names": np.array([ran.names[i] for i in pick]),
                                      "output_names": np.array(ran.output_names), "emulator": np.array(ran.emulator),
                                      "real": np.array(ran.real), "streams": np.array(ran.streams),

@@ -14,8 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..builder.recipe_inputs import MAX_BYTES  # the most a recipe's graph keeps: a device job's dataset
-from ..compile.ran import Ran, keep_spread, read_ran
+from ..compile.ran import DEVICE_MAX_BYTES, Ran, keep_spread, read_ran
 from ..compile.records import BuildReport
 from ..errors import PackageError
 from ..matrix.schema import Model
@@ -49,7 +48,7 @@ def device_inputs(report: BuildReport, m: Model, prep: Prepared, max_entries: in
     inputs, kept beside the prepared graph (``builder/recipe_inputs.py``)."""
     ran, note = _kept(report, m, prep)
     names, feeds, reference = ran.names, ran.feeds, ran.outputs
-    pick = keep_spread([sum(a.nbytes for a in f.values()) for f in feeds], max_entries, MAX_BYTES)
+    pick = keep_spread([sum(a.nbytes for a in f.values()) for f in feeds], max_entries, DEVICE_MAX_BYTES)
     if ran.total > len(pick):
         note += f"; {len(pick)} of them, spread evenly"
     if len(pick) < len(feeds):

@@ -20,7 +20,6 @@ from ..builder.kept import kept_licence, kept_or_cached
 from ..builder.twin import twin_stem
 from ..builder.twins import Group, complete_groups, quantized_twins, twin_soc
 from ..compile import qnn_ep
-from ..compile.ran import Ran
 from ..compile.records import GENERATED, REAL, REPORT, BuildReport, TargetRecord, read_target, verdict, weakest
 from ..compile.sample import ran_of, sample_members
 from ..device.common import parity_failures
@@ -185,14 +184,22 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         soc = twin_soc(job.loaded, complete, name).name
         licence = _licence(job.out, model, meta)
         twins = [("float", {p.graph: p.sha256 for p in preps})]
-        twins += [(precision, {g: sha256_file(path) for g, path in qdq.items()})
+        twins += [(precision, {g: _sha256(path, f"{name}'s {precision} twin") for g, path in qdq.items()})
                   for precision, qdq in quantized_twins(complete, name, preps)]
         for precision, graphs in twins:
-            expect = {"model": model, "soc": soc, "graphs": graphs}
+            expect = {"model": model, "soc": soc, "graphs": graphs, "build": job.report.started}
             made = twin_archive(job.tmp, job.out, twin_stem(name, precision), expect, licence)
             if made is not None:  # None: the model's recipe ships no twin
                 out.append(_twin_asset(*made))
     return out
+
+
+def _sha256(path: Path, what: str) -> str:
+    """A graph the build kept, by its bytes; refused in one line when it is gone."""
+    if not path.is_file():
+        raise PackageError(f"{what}: {path} is gone (the QDQ graph its binaries were compiled from)",
+                           hint="run `qnn-release build` again (nothing recompiles)")
+    return sha256_file(path)
 
 
 def _twin_asset(archive: Path, values: dict) -> TwinAsset:
@@ -203,8 +210,6 @@ def _twin_asset(archive: Path, values: dict) -> TwinAsset:
                       "soc", "qnn_version", "first_load_seconds", "peak_memory_mb", "verified")}
                       for g in values["graphs"] if "not_measured" not in g["on_device_compile"]],
                   size=archive.stat().st_size, sha256=sha256_file(archive))
-
-
 
 
 class _Made(NamedTuple):
@@ -402,11 +407,6 @@ class _Archives:
         if run is not None:
             number["device"] = run.model_dump(mode="json")
         return graph, number, prep
-
-    def ran(self, model: str, graph: str) -> Ran:
-        """What the verification of a target of this graph ran (the same inputs and CPU answers on every chip)."""
-        target_id = next(i for i, t in sorted(self.targets.items()) if t.model == model and t.graph == graph)
-        return ran_of(self.out / target_id, target_id)
 
     def _on_device(self, model: Model, records: list[TargetRecord], result: dict | None) -> dict | None:
         """The archive's ``on_device`` from device-numbers.json, with its recipe's figures (from ``result``)."""

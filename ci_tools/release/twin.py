@@ -19,7 +19,8 @@ AGAIN = "run `qnn-release build` again: it measures the twins (nothing recompile
 def twin_archive(tmp: Path, out: Path, stem: str, expect: dict[str, Any], licence: bytes
                  ) -> tuple[Path, dict] | None:
     """``<stem>.tar.bz2`` in ``tmp`` from the twin the build kept in ``out``; ``expect``: what it must be (the
-    model, the chip it is measured for, each graph's sha256 the build report names). Returns (the archive,
+    model, the chip it is measured for, each graph's sha256 the build report names, the build: its report's
+    ``started``). Returns (the archive,
     twin.json's values), or None when the model's recipe ships no twin."""
     record = kept_twin(out, stem, expect)
     if record.get("none"):
@@ -47,8 +48,11 @@ def kept_twin(out: Path, stem: str, expect: dict[str, Any]) -> dict:
         raise PackageError(f"{path}: unreadable ({type(e).__name__})", hint=AGAIN) from None
     if not isinstance(record, dict):
         raise PackageError(f"{path}: not a twin record", hint=AGAIN)
+    if record.get("build") != expect["build"]:  # an earlier build's (this one was interrupted before its twins)
+        raise PackageError(f"{stem}: the twin kept in {path} is of another build (started {record.get('build')}, "
+                           f"not {expect['build']})", hint=AGAIN)
     if record.get("error"):
-        raise PackageError(record["error"], hint=record.get("hint") or AGAIN)
+        raise PackageError(f"{record['error']} (the build's record: {path})", hint=record.get("hint") or AGAIN)
     if record.get("none"):  # the recipe ships none
         return record
     graphs = {g.get("name"): g.get("sha256") for g in record.get("values", {}).get("graphs", [])}

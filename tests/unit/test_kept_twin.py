@@ -15,13 +15,19 @@ from ci_tools.builder.twin import TwinOf, _keep, failed_twin, no_twin, twin_reco
 from ci_tools.errors import PackageError, QnnReleaseError
 from ci_tools.release.twin import twin_archive
 
+BUILD = "2026-12-06T12:00:00+00:00"  # the build's report's ``started``
+
+
+def _of(out: Path) -> TwinOf:
+    return TwinOf(SimpleNamespace(name="m"), SimpleNamespace(name="SM8750"), out.parent / "cache", out, BUILD)
+
 
 def _kept(tmp_path: Path) -> tuple[Path, dict]:
     graph, weights = tmp_path / "cache" / "graph.onnx", tmp_path / "cache" / "graph.onnx.data"
     graph.parent.mkdir()
     graph.write_bytes(b"graph")
     weights.write_bytes(b"weights")
-    of = TwinOf(SimpleNamespace(name="m"), SimpleNamespace(name="SM8750"), tmp_path / "cache", tmp_path / "dist")
+    of = _of(tmp_path / "dist")
     values = {"model": "m", "kind": "float", "what": "w", "graphs": [
         {"name": "g", "file": "g/graph.onnx", "sha256": "a" * 64, "inputs": [], "outputs": [],
          "on_device_compile": {"not_measured": "here"}}]}
@@ -46,14 +52,15 @@ def test_the_build_keeps_the_twins_files_and_its_record_last(tmp_path):
 def test_package_archives_what_was_kept_and_nothing_else(tmp_path):
     out, values = _kept(tmp_path)
     model = SimpleNamespace(name="m", description="d", license="MIT")
-    got = twin_archive(tmp_path, out, "m-float-onnx", {"model": model, "soc": "SM8750", "graphs": {"g": "a" * 64}},
-                       b"licence")
+    got = twin_archive(tmp_path, out, "m-float-onnx", {"model": model, "soc": "SM8750", "graphs": {"g": "a" * 64},
+                                                       "build": BUILD}, b"licence")
     assert got is not None
     archive, shipped = got
     assert shipped == values
     with tarfile.open(archive) as tar:
         names = [m.name for m in tar.getmembers() if m.isfile()]
-        assert json.loads(tar.extractfile("m-float-onnx/twin.json").read()) == values  # type: ignore[union-attr]
+        member = tar.extractfile("m-float-onnx/twin.json")
+        assert member is not None and json.loads(member.read()) == values
     assert sorted(names) == [f"m-float-onnx/{n}" for n in ("LICENSE", "README.md", "g/graph.onnx", "g/graph.onnx.data",
                                                           "sample/g/inputs/x.npy", "twin.json")]
 
@@ -64,28 +71,36 @@ def test_package_archives_what_was_kept_and_nothing_else(tmp_path):
     ("other graph", "is not of this build's graphs for SM8750"),
     ("other chip", "is not of this build's graphs for SM8650"),
     ("file gone", "is gone from the twin the build kept"),
+    ("another build", "is of another build (started 2026-12-06T12:00:00+00:00"),
 ])
 def test_package_refuses_a_twin_the_build_did_not_keep_whole(tmp_path, change, words):
     out, _ = _kept(tmp_path)
-    expect = {"model": SimpleNamespace(name="m"), "soc": "SM8750", "graphs": {"g": "a" * 64}}
+    expect = {"model": SimpleNamespace(name="m"), "soc": "SM8750", "graphs": {"g": "a" * 64}, "build": BUILD}
     if change == "missing":
         twin_record(out, "m-float-onnx").unlink()
     elif change == "failed":
-        failed_twin(out, "m-float-onnx", "SM8750", QnnReleaseError("m: the twin could not be run through the QNN EP"))
+        failed_twin(_of(out), "m-float-onnx",
+                    QnnReleaseError("m-float-onnx: the twin could not be run through the QNN EP"))
+        assert not (out / "twins" / "m-float-onnx").exists()  # never a failed twin's files beside its record
     elif change == "other graph":
         expect["graphs"] = {"g": "b" * 64}
     elif change == "other chip":
         expect["soc"] = "SM8650"
+    elif change == "another build":  # this one was interrupted before its twins: the earlier one's stay behind
+        expect["build"] = "2026-12-06T13:00:00+00:00"
     else:
         (out / "twins" / "m-float-onnx" / "g" / "graph.onnx").unlink()
     with pytest.raises(PackageError) as e:
         twin_archive(tmp_path, out, "m-float-onnx", expect, b"")
     assert words in e.value.message and "\n" not in e.value.message
-    assert change == "failed" or "qnn-release build" in (e.value.hint or "")
+    assert "qnn-release build" in (e.value.hint or "") or change == "failed"
+    if change == "failed":
+        assert str(twin_record(out, "m-float-onnx")) in e.value.message  # where the build said it
 
 
 def test_a_recipe_without_a_twin_ships_none(tmp_path):
     out, _ = _kept(tmp_path)
-    no_twin(out, "m-float-onnx", "SM8750")
+    no_twin(_of(out), "m-float-onnx")
     assert not (out / "twins" / "m-float-onnx").exists()
-    assert twin_archive(tmp_path, out, "m-float-onnx", {"model": None, "soc": "SM8750", "graphs": {}}, b"") is None
+    expect = {"model": None, "soc": "SM8750", "graphs": {}, "build": BUILD}
+    assert twin_archive(tmp_path, out, "m-float-onnx", expect, b"") is None

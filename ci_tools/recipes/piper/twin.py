@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def twin_extras(part: TwinPart) -> TwinExtras | None:
-    from ...errors import PackageError
+    from ...errors import QnnReleaseError
     from . import runtime
     from .check import DEFAULT_MAX_ABS, DEFAULT_MIN_SNR_DB, speech_of
     from .export import sentences_of
@@ -31,8 +31,8 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     model, verify = part.model, speech_of(part.model)
     export = part.export
     if export is None or not all((Path(export) / f).is_file() for f in ("duration.onnx", "voice.json")):
-        raise PackageError(f"{model.name}: the export (duration.onnx, voice.json) is gone from the cache",
-                           hint="run `qnn-release build` again (nothing recompiles)")
+        raise QnnReleaseError(f"{model.name}: the export lacks duration.onnx or voice.json ({export})",
+                              hint="run `qnn-release build --force` (it exports again)")
     voice = json.loads((Path(export) / "voice.json").read_text())
     voice.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
     sentence = sentences_of((part.loaded.root / verify.sentences).resolve())[0]

@@ -25,15 +25,15 @@ FILES = ("tokenizer.json", "mel_filters.npy")
 
 
 def twin_extras(part: TwinPart) -> TwinExtras | None:
-    from ...errors import PackageError
+    from ...errors import QnnReleaseError
     from . import runtime
     from .check import DEFAULT_MAX_WER, load_clips, transcript_of
 
     model, verify = part.model, transcript_of(part.model)
     export = part.export
     if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
-        raise PackageError(f"{model.name}: the export (tokenizer.json, mel_filters.npy, whisper.json) is gone from "
-                           "the cache", hint="run `qnn-release build` again (nothing recompiles)")
+        raise QnnReleaseError(f"{model.name}: the export lacks tokenizer.json, mel_filters.npy or whisper.json "
+                              f"({export})", hint="run `qnn-release build --force` (it exports again)")
     config = json.loads((Path(export) / "whisper.json").read_text())
     config.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
     config["max_tokens"] = verify.max_tokens
