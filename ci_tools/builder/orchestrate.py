@@ -164,6 +164,7 @@ def _twins(run: _Run, report: BuildReport, ordered: list[TargetRecord]) -> bool:
     except KeyboardInterrupt:
         report.interrupted = True
     report.timings["twins"] = round(time.monotonic() - t0, 3)
+    report.seconds = report.timings["total"] = round(time.monotonic() - run.started, 3)  # the twins too
     return report.interrupted
 
 

@@ -20,6 +20,7 @@ from ..errors import QnnReleaseError
 from ..matrix.schema import LoadedMatrix, Model
 from ..prepare.graph import Prepared
 from ..recipes import TwinPart, recipe_for
+from ..util.text import clip
 from .twin import (
     TWINS,
     GraphSamples,
@@ -134,7 +135,8 @@ def _one(run, of: TwinOf, preps: list[Prepared], complete: dict, quantized: tupl
     if any("not_measured" in r for r in runs):
         return f"twin {stem}: kept, not measured ({runs[0]['not_measured']})"
     verdict = "verified" if all(r.get("verified") for r in runs) else "NOT verified"
-    return f"twin {stem}: on-device compile for {of.soc.name} on the emulator, {verdict} ({runs[0].get('inputs')})"
+    return (f"twin {stem}: on-device compile for {of.soc.name} on the emulator, {verdict} "
+            f"({clip(str(runs[0].get('inputs')), 100)})")
 
 
 def _as_error(e: Exception, stem: str) -> QnnReleaseError:
