@@ -39,7 +39,7 @@ from .kept import KEPT, keep
 from .keys import cached, compile_key, target_key, verify_digest
 from .progress import Progress
 from .recipe_checks import recipe_checks
-from .recipe_inputs import keep_recipe_inputs
+from .recipe_inputs import drop_recipe_inputs, keep_recipe_inputs
 from .twin import TWINS
 from .twins import stage_twins
 from .workers import run_all
@@ -95,7 +95,7 @@ def _exclusive(out: Path):
 def _remove_temporaries(out: Path) -> None:
     """Half-written target and twin folders of an interrupted or killed build (they start with a dot), and the
     files it was moving beside the kept graphs."""
-    for p in [*out.glob(".*"), *(out / TWINS).glob(".*")]:
+    for p in [*out.glob(".*"), *(out / TWINS).glob(".*"), *(out / KEPT).glob("*/.*")]:
         if p.is_dir() and (re.search(r"\.old-\d+$", p.name) or re.match(r"^\.[\w.-]+\.[a-z0-9_]{8}$", p.name)):
             shutil.rmtree(p, ignore_errors=True)
     for p in (out / KEPT).glob("*/*/.ran.npz.*"):
@@ -140,6 +140,7 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildRep
     }
     report.work = work_ratio(ordered)
     interrupted = _twins(run, report, ordered) or interrupted
+    drop_recipe_inputs(run)  # made again below, after the report: a build stopped between leaves none
     report.write()
     try:  # what package copies: the prepared graphs, the licence files (it falls back to the cache without them)
         keep(out, run.prepared, run.licences)

@@ -26,10 +26,18 @@ from .kept import is_current, kept_graph
 INPUTS_VERSION = 1  # in the cache key: a change here makes them again
 
 
+def drop_recipe_inputs(run) -> None:
+    """The earlier build's recipe inputs beside this build's recipe graphs, removed before the report is written:
+    a build stopped before ``keep_recipe_inputs`` leaves none, never stale ones (``device-numbers`` then refuses)."""
+    for prep in run.prepared:
+        if prep.model in run.exports:
+            (kept_graph(run.out, prep).parent / RAN_FILE).unlink(missing_ok=True)
+
+
 def keep_recipe_inputs(run, interrupted: bool = False) -> None:
     """Each built recipe graph's device inputs and CPU's answers, beside its kept graph (``run``: the build's
-    ``_Run``; after ``keep``). The earlier build's are removed first: after an interrupt, a failure (a warning) or a
-    recipe that has none, ``device-numbers`` finds none and says so, never stale ones."""
+    ``_Run``; after ``drop_recipe_inputs`` and ``keep``). After an interrupt, a failure (a warning) or a recipe that
+    has none, there are none."""
     for name, export in sorted(run.exports.items()):
         model = run.loaded.matrix.model(name)
         recipe = recipe_for(model)
@@ -55,13 +63,26 @@ def keep_recipe_inputs(run, interrupted: bool = False) -> None:
                     tmp.unlink(missing_ok=True)
 
 
+def _code(recipe) -> str:
+    """The recipe's own code, by its bytes: a change to how it makes its inputs makes them again."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(type(recipe).__module__)
+    folder = Path(spec.origin).parent if spec and spec.origin else None
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.py")) if folder else []:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 def _made(run, recipe, export: Path, prep: Prepared) -> Path | None:
     """The recipe's inputs for ``prep`` with CPU's answers, in the build's cache (None: the recipe has none)."""
     import onnxruntime
 
     model = run.loaded.matrix.model(prep.model)
     # what they are made of: the graph, the recipe's export and inputs, the model's settings, the runtime
-    key = hashlib.sha256(json.dumps([INPUTS_VERSION, prep.sha256, prep.graph, run.recipe_digests.get(prep.model),
+    key = hashlib.sha256(json.dumps([INPUTS_VERSION, _code(recipe), prep.sha256, prep.graph,
+                                     run.recipe_digests.get(prep.model),
                                      model.verify.model_dump(mode="json") if model.verify else None,
                                      model.calibration.model_dump(mode="json"), onnxruntime.__version__,
                                      MAX_ENTRIES, DEVICE_MAX_BYTES], sort_keys=True).encode()).hexdigest()

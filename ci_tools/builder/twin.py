@@ -333,7 +333,7 @@ def _measure_recipe(of: TwinOf, files: list[tuple[str, Path | bytes]], check: li
         version = qnn_ep.qnn_version()
     except BackendUnavailable:  # the qairt route's image: the twin ships, never called verified
         return {"verified": False, "not_measured": "onnxruntime-qnn is not installed where this release was "
-                                                   "packaged"}, []
+                                                   "built"}, []
     import importlib.util
 
     spec = importlib.util.find_spec(check[0])  # the check's own code: a change to its judging measures again

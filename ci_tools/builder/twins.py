@@ -12,6 +12,7 @@ import json
 import shutil
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..compile.records import TargetRecord
@@ -85,19 +86,31 @@ def stage_twins(run, records: list[TargetRecord]) -> None:
     """Every twin of the build's models, measured one at a time (each in a process of its own: its first load's
     time and memory are its own) and kept in ``<out>/twins/`` (``run``: the build's ``_Run``); the twins of models
     this build did not make are removed. An interrupt stops here (the caller records the build as interrupted)."""
-    complete, _ = complete_groups(records, run.loaded)
+    try:
+        complete, _ = complete_groups(records, run.loaded)
+    except Exception as e:  # never the build's failure: package finds no twin and says so
+        run.progress.info(f"warning: the twins could not be made: {_as_error(e, 'twins').message}")
+        return
     kept: set[str] = set()
     for name in sorted({k[0] for k in complete}):
         try:
             due = _due(run, complete, name)
-        except Exception as e:  # a model's twins never stop the build: package refuses them by name
-            run.progress.info(f"warning: {name}: its twins could not be made: {_as_error(e, name).message}")
+        except Exception as e:  # a model's twins never stop the build: package refuses them with this reason
+            stem = twin_stem(name)
+            kept.add(stem)
+            soc = SimpleNamespace(name=None)
+            failed_twin(TwinOf(run.loaded.matrix.model(name), soc, run.cache, run.out, run.when), stem,
+                        error := _as_error(e, stem))
+            run.progress.info(f"twin {stem} FAILED: {error.message}")
             continue
         for of, preps, quantized in due:
             stem = twin_stem(name, quantized[0] if quantized else "float")
             kept.add(stem)
             run.progress.info(_one(run, of, preps, complete, quantized))
-    _prune(run.out / TWINS, kept)
+    try:
+        _prune(run.out / TWINS, kept)
+    except OSError as e:  # what package never reads: left where it is
+        run.progress.info(f"warning: {run.out / TWINS}: could not remove the twins of models not built ({e})")
 
 
 def _due(run, complete: dict[Group, list[TargetRecord]], name: str) -> list[tuple[TwinOf, list[Prepared], Any]]:
@@ -140,11 +153,15 @@ def _one(run, of: TwinOf, preps: list[Prepared], complete: dict, quantized: tupl
 
 
 def _as_error(e: Exception, stem: str) -> QnnReleaseError:
-    """A twin's failure in one line beginning with its name."""
+    """A twin's failure in one line beginning with its name (once)."""
     if isinstance(e, QnnReleaseError):
-        return QnnReleaseError(f"{stem}: {e.message}", hint=e.hint)
-    return QnnReleaseError(f"{stem}: {type(e).__name__}: {e}".splitlines()[0],
-                           hint="an unexpected error (run with --verbose); please report it")
+        message, hint = e.message, e.hint
+    else:
+        message, hint = f"{type(e).__name__}: {e}", "an unexpected error (run with --verbose); please report it"
+    model = stem.rsplit("-", 2)[0]
+    for prefix in (f"{stem}: ", f"{model}: "):
+        message = message.removeprefix(prefix)
+    return QnnReleaseError(clip(f"{stem}: {message}".splitlines()[0], 400), hint=hint)
 
 
 def _prune(folder: Path, kept: set[str]) -> None:

@@ -19,6 +19,7 @@ from ..compile.records import BuildReport
 from ..errors import PackageError
 from ..matrix.schema import Model
 from ..prepare.graph import Prepared
+from ..recipes import recipe_for
 
 MAX_ENTRIES = 64  # inputs per graph: enough to judge, few enough for a device job's dataset
 
@@ -62,7 +63,7 @@ def device_inputs(report: BuildReport, m: Model, prep: Prepared, max_entries: in
 def _kept(report: BuildReport, m: Model, prep: Prepared) -> tuple[Ran, str]:
     """What the build kept for the graph (a recipe's inputs beside the kept graph first), and what it is, in
     words."""
-    own = read_ran(prep.path.parent)  # beside the graph the build kept (the prepare cache keeps none)
+    own = read_ran(prep.path.parent) if recipe_for(m) is not None else None  # beside the graph the build kept
     if own is not None:
         return own, own.note or "the recipe's inputs"
     for r in report.records:

@@ -127,6 +127,9 @@ def package(out: Path, settings: PackageSettings | None = None) -> PackageResult
     built, run or judged again."""
     s = settings or PackageSettings()
     report = BuildReport.load(out / REPORT, PackageError)
+    if report.interrupted:  # a half-finished build never looks finished: its twins and inputs are not all there
+        raise PackageError(f"{report.path}: the build was interrupted",
+                           hint="run `qnn-release build` again (what it finished is reused)")
     loaded: LoadedMatrix = load_matrix(s.matrix or report.matrix)
     complete, skipped = _complete(report, loaded)
     _verified_gate(loaded, complete, s.require_verified)
@@ -183,23 +186,14 @@ def _twins(job: _Archives, complete: dict, metas: dict[str, Metadata]) -> list[T
         preps = [job.prepared[(name, g.name)] for g in model.graphs]
         soc = twin_soc(job.loaded, complete, name).name
         licence = _licence(job.out, model, meta)
-        twins = [("float", {p.graph: p.sha256 for p in preps})]
-        twins += [(precision, {g: _sha256(path, f"{name}'s {precision} twin") for g, path in qdq.items()})
-                  for precision, qdq in quantized_twins(complete, name, preps)]
+        twins: list[tuple[str, dict[str, str | None]]] = [("float", {p.graph: p.sha256 for p in preps})]
+        twins += [(precision, dict.fromkeys(qdq)) for precision, qdq in quantized_twins(complete, name, preps)]
         for precision, graphs in twins:
             expect = {"model": model, "soc": soc, "graphs": graphs, "build": job.report.started}
             made = twin_archive(job.tmp, job.out, twin_stem(name, precision), expect, licence)
             if made is not None:  # None: the model's recipe ships no twin
                 out.append(_twin_asset(*made))
     return out
-
-
-def _sha256(path: Path, what: str) -> str:
-    """A graph the build kept, by its bytes; refused in one line when it is gone."""
-    if not path.is_file():
-        raise PackageError(f"{what}: {path} is gone (the QDQ graph its binaries were compiled from)",
-                           hint="run `qnn-release build` again (nothing recompiles)")
-    return sha256_file(path)
 
 
 def _twin_asset(archive: Path, values: dict) -> TwinAsset:

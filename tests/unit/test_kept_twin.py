@@ -104,3 +104,26 @@ def test_a_recipe_without_a_twin_ships_none(tmp_path):
     assert not (out / "twins" / "m-float-onnx").exists()
     expect = {"model": None, "soc": "SM8750", "graphs": {}, "build": BUILD}
     assert twin_archive(tmp_path, out, "m-float-onnx", expect, b"") is None
+
+
+def test_a_qdq_twin_is_the_builds_own_by_its_record(tmp_path):
+    """A quantized twin's graphs are checked by name: its record, of this build, says which QDQ graph it holds."""
+    out, _ = _kept(tmp_path)
+    expect = {"model": SimpleNamespace(name="m", description="d", license="MIT"), "soc": "SM8750",
+              "graphs": {"g": None}, "build": BUILD}
+    assert twin_archive(tmp_path, out, "m-float-onnx", expect, b"") is not None
+    with pytest.raises(PackageError, match="is not of this build's graphs"):
+        twin_archive(tmp_path, out, "m-float-onnx", {**expect, "graphs": {"other": None}}, b"")
+
+
+def test_an_interrupted_build_is_never_packaged(tmp_path):
+    from ci_tools.compile.records import BuildReport
+    from ci_tools.release.package import package
+
+    report = BuildReport(records=[], prepared=[], path=tmp_path / "build-report.json", backend="ort",
+                         sdk_version="2.51", seconds=1.0, interrupted=True, matrix="m.yaml", started=BUILD)
+    report.write()
+    with pytest.raises(PackageError) as e:
+        package(tmp_path)
+    assert e.value.message == f"{report.path}: the build was interrupted"
+    assert "qnn-release build" in (e.value.hint or "")

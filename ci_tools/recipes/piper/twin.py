@@ -32,7 +32,7 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     export = part.export
     if export is None or not all((Path(export) / f).is_file() for f in ("duration.onnx", "voice.json")):
         raise QnnReleaseError(f"{model.name}: the export lacks duration.onnx or voice.json ({export})",
-                              hint="run `qnn-release build --force` (it exports again)")
+                              hint=f"remove {export} and run `qnn-release build` again (it exports again)")
     voice = json.loads((Path(export) / "voice.json").read_text())
     voice.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
     sentence = sentences_of((part.loaded.root / verify.sentences).resolve())[0]

@@ -33,7 +33,7 @@ def twin_extras(part: TwinPart) -> TwinExtras | None:
     export = part.export
     if export is None or not all((Path(export) / f).is_file() for f in (*FILES, "whisper.json")):
         raise QnnReleaseError(f"{model.name}: the export lacks tokenizer.json, mel_filters.npy or whisper.json "
-                              f"({export})", hint="run `qnn-release build --force` (it exports again)")
+                              f"({export})", hint=f"remove {export} and run `qnn-release build` again")
     config = json.loads((Path(export) / "whisper.json").read_text())
     config.pop("chip", None)  # the twin is for any chip: the app says which (--soc-model, --htp-arch)
     config["max_tokens"] = verify.max_tokens
