@@ -54,22 +54,31 @@ def keep(out: Path, prepared: list[Prepared], licences: dict[str, Path]) -> None
         names = [p.name for p in sorted(src.iterdir()) if _kept_file(p)] if src.is_dir() else []
         if not names or (is_current(out, prep) and all((kept_graph(out, prep).parent / n).is_file() for n in names)):
             continue
-        dest = kept_graph(out, prep).parent
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-        try:
-            for name in names:
-                (clone_file if name.endswith(".data") else link_or_copy)(src / name, tmp / name)
-            replace_dir(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        place(kept_graph(out, prep).parent, [(n, src / n) for n in names])
     for model, path in licences.items():
         if path.is_file():
             write_atomic(kept_licence(out, model), path.read_bytes())
+
+
+def place(dest: Path, files: list[tuple[str, Path | bytes]]) -> None:
+    """``dest`` holding ``files`` (name in it -> bytes, or a file: linked, weights copied: onnx refuses weights
+    from a file with more than one hard link), whole or not at all."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        for name, data in files:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(data, bytes):
+                (tmp / name).write_bytes(data)
+            else:
+                (clone_file if name.endswith(".data") else link_or_copy)(Path(data), tmp / name)
+        replace_dir(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _kept_file(p: Path) -> bool:
     """The files of a prepared folder later stages read: its graphs, their weights and prepared.json (no logs, no
     temporaries of a build still writing there)."""
     return p.is_file() and not p.name.startswith(".") and (
-        p.name == PREPARED_JSON or p.name.endswith((".onnx", ".onnx.data", ".data")))
+        p.name == PREPARED_JSON or p.name.endswith((".onnx", ".data")))

@@ -147,8 +147,8 @@ def _build(run: _Run, targets: list[Target], refused: list[Refusal]) -> BuildRep
     except OSError as e:
         print(f"warning: {out / KEPT}: could not keep the prepared graphs beside the build ({e}); package "
               "reads them from the cache instead", file=sys.stderr)
-    # what a device runs a recipe's graphs on, beside them (device-numbers computes nothing); none when interrupted
-    keep_recipe_inputs(run, interrupted)
+    if not interrupted:  # what a device runs a recipe's graphs on, beside them (device-numbers computes nothing)
+        keep_recipe_inputs(run)
     if interrupted:
         raise KeyboardInterrupt
     return report

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..compile.ran import DEVICE_MAX_BYTES, MAX_ENTRIES, RAN_FILE, Ran, keep_spread, write_ran
 from ..errors import QnnReleaseError
 from ..prepare.graph import Prepared, cpu_session
-from ..recipes import recipe_for
+from ..recipes import code_digest, recipe_for
 from ..util.files import link_or_copy
 from .kept import is_current, kept_graph
 
@@ -34,18 +34,17 @@ def drop_recipe_inputs(run) -> None:
             (kept_graph(run.out, prep).parent / RAN_FILE).unlink(missing_ok=True)
 
 
-def keep_recipe_inputs(run, interrupted: bool = False) -> None:
+def keep_recipe_inputs(run) -> None:
     """Each built recipe graph's device inputs and CPU's answers, beside its kept graph (``run``: the build's
-    ``_Run``; after ``drop_recipe_inputs`` and ``keep``). After an interrupt, a failure (a warning) or a recipe that
-    has none, there are none."""
+    ``_Run``; after ``drop_recipe_inputs`` and ``keep``). After a failure (a warning) or for a recipe that has
+    none, there are none."""
     for name, export in sorted(run.exports.items()):
         model = run.loaded.matrix.model(name)
         recipe = recipe_for(model)
         built = {r.graph for r in run.records.values() if r.model == name and r.built}
         for prep in [p for p in run.prepared if p.model == name]:
             dest = kept_graph(run.out, prep).parent
-            (dest / RAN_FILE).unlink(missing_ok=True)
-            if interrupted or recipe is None or prep.graph not in built or not is_current(run.out, prep):
+            if recipe is None or prep.graph not in built or not is_current(run.out, prep):
                 continue
             try:
                 made = _made(run, recipe, export, prep)
@@ -63,25 +62,13 @@ def keep_recipe_inputs(run, interrupted: bool = False) -> None:
                     tmp.unlink(missing_ok=True)
 
 
-def _code(recipe) -> str:
-    """The recipe's own code, by its bytes: a change to how it makes its inputs makes them again."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(type(recipe).__module__)
-    folder = Path(spec.origin).parent if spec and spec.origin else None
-    h = hashlib.sha256()
-    for f in sorted(folder.glob("*.py")) if folder else []:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
-
-
 def _made(run, recipe, export: Path, prep: Prepared) -> Path | None:
     """The recipe's inputs for ``prep`` with CPU's answers, in the build's cache (None: the recipe has none)."""
     import onnxruntime
 
     model = run.loaded.matrix.model(prep.model)
     # what they are made of: the graph, the recipe's export and inputs, the model's settings, the runtime
-    key = hashlib.sha256(json.dumps([INPUTS_VERSION, _code(recipe), prep.sha256, prep.graph,
+    key = hashlib.sha256(json.dumps([INPUTS_VERSION, code_digest([type(recipe).__module__]), prep.sha256, prep.graph,
                                      run.recipe_digests.get(prep.model),
                                      model.verify.model_dump(mode="json") if model.verify else None,
                                      model.calibration.model_dump(mode="json"), onnxruntime.__version__,

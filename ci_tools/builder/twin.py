@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import QnnReleaseError
-from ..sources.store import clone_file, sha256_file
+from ..sources.store import sha256_file
 from ..util import cmd
-from ..util.files import link_or_copy, replace_dir, write_json
+from ..util.files import write_json
 from ..util.text import clip
+from .kept import place
 
 if TYPE_CHECKING:
     from ..compile.ran import Ran
@@ -253,18 +254,23 @@ def stage_recipe_twin(of: TwinOf, extras, graphs: dict[str, Path],
                                    "context": {"answered": bool(answers), **extras.context}})
 
 
-def no_twin(of: TwinOf, stem: str) -> None:
+def no_twin(of: TwinOf, stem: str) -> dict:
     """The record of a recipe's model whose recipe ships no twin (``Recipe.twin`` said None)."""
-    twin_record(of.out, stem).unlink(missing_ok=True)
-    shutil.rmtree(of.out / TWINS / stem, ignore_errors=True)
-    write_json(twin_record(of.out, stem), _head(of, stem) | {"none": True})
+    return _record_only(of, stem, {"none": True})
 
 
-def failed_twin(of: TwinOf, stem: str, error: QnnReleaseError) -> None:
+def failed_twin(of: TwinOf, stem: str, error: QnnReleaseError) -> dict:
     """The record of a twin the build could not measure: ``package`` refuses it with the build's own words."""
+    return _record_only(of, stem, {"error": error.message, "hint": error.hint})
+
+
+def _record_only(of: TwinOf, stem: str, says: dict) -> dict:
+    """A record with no files beside it (an earlier build's are removed first)."""
     twin_record(of.out, stem).unlink(missing_ok=True)
     shutil.rmtree(of.out / TWINS / stem, ignore_errors=True)
-    write_json(twin_record(of.out, stem), _head(of, stem) | {"error": error.message, "hint": error.hint})
+    record = _head(of, stem) | says
+    write_json(twin_record(of.out, stem), record)
+    return record
 
 
 def _head(of: TwinOf, stem: str) -> dict:
@@ -275,20 +281,8 @@ def _head(of: TwinOf, stem: str) -> dict:
 def _keep(of: TwinOf, stem: str, files: list[Member], record: dict) -> dict:
     """The twin's files in ``<out>/twins/<stem>/`` (graphs as hard links, weights as copies of their own), whole or
     not at all, then its record beside them."""
-    dest = of.out / TWINS / stem
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=dest.parent))
-    try:
-        for name, data in files:
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(data, bytes):
-                (tmp / name).write_bytes(data)
-            else:  # onnx refuses weights from a file with more than one hard link
-                (clone_file if name.endswith(".data") else link_or_copy)(Path(data), tmp / name)
-        twin_record(of.out, stem).unlink(missing_ok=True)  # never a record beside another build's files
-        replace_dir(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    twin_record(of.out, stem).unlink(missing_ok=True)  # never a record beside another build's files
+    place(of.out / TWINS / stem, files)
     record = _head(of, stem) | {"files": [name for name, _ in files], **record}
     write_json(twin_record(of.out, stem), record)
     return record

@@ -8,7 +8,6 @@ and copies what is kept here. A twin that cannot be measured is a warning here a
 
 from __future__ import annotations
 
-import json
 import shutil
 from functools import partial
 from pathlib import Path
@@ -31,7 +30,6 @@ from .twin import (
     no_twin,
     stage_recipe_twin,
     stage_twin,
-    twin_record,
     twin_stem,
 )
 
@@ -106,7 +104,7 @@ def stage_twins(run, records: list[TargetRecord]) -> None:
         for of, preps, quantized in due:
             stem = twin_stem(name, quantized[0] if quantized else "float")
             kept.add(stem)
-            run.progress.info(_one(run, of, preps, complete, quantized))
+            run.progress.info(_one(run, (of, stem), preps, complete, quantized))
     try:
         _prune(run.out / TWINS, kept)
     except OSError as e:  # what package never reads: left where it is
@@ -125,19 +123,20 @@ def _due(run, complete: dict[Group, list[TargetRecord]], name: str) -> list[tupl
     return [(of, preps, q) for q in [None, *quantized_twins(complete, name, preps)]]
 
 
-def _one(run, of: TwinOf, preps: list[Prepared], complete: dict, quantized: tuple[str, dict] | None) -> str:
-    """One twin measured and kept; what became of it, in a line."""
-    stem = twin_stem(of.model.name, quantized[0] if quantized else "float")
+def _one(run, twin: tuple[TwinOf, str], preps: list[Prepared], complete: dict, quantized: tuple[str, dict] | None
+         ) -> str:
+    """One twin (whose, its stem) measured and kept; what became of it, in a line."""
+    of, stem = twin
     try:
         gone = [str(p) for p in (quantized[1].values() if quantized else ()) if not p.is_file()]
         if gone:
             raise QnnReleaseError(f"the QDQ graph {gone[0]} its binaries were compiled from is gone",
                                   hint="run `qnn-release build --force` (it quantizes again)")
         if recipe_for(of.model) is not None:
-            _recipe_twin(run, of, preps, quantized)
+            record = _recipe_twin(run, twin, preps, quantized)
         else:
-            stage_twin(of, preps, partial(_samples, run, of.model, _built(complete, of.model.name)), quantized)
-        record = json.loads(twin_record(run.out, stem).read_text())
+            record = stage_twin(of, preps, partial(_samples, run, of.model, _built(complete, of.model.name)),
+                                quantized)
     except Exception as e:  # one twin's failure never stops the others, nor the build
         error = _as_error(e, stem)
         failed_twin(of, stem, error)
@@ -194,20 +193,20 @@ def _samples(run, model: Model, built: dict[str, str], prep: Prepared) -> GraphS
                         real=real_inputs(run.store, run.loaded, model, prep))
 
 
-def _recipe_twin(run, of: TwinOf, preps: list[Prepared], quantized: tuple[str, dict[str, Path]] | None) -> None:
-    """A recipe's model's twin of a precision: its runtime beside the graphs (``Recipe.twin``); none where the
-    recipe has no twin."""
+def _recipe_twin(run, twin: tuple[TwinOf, str], preps: list[Prepared],
+                 quantized: tuple[str, dict[str, Path]] | None) -> dict:
+    """A recipe's model's twin of a precision: its runtime beside the graphs (``Recipe.twin``); a record of none
+    where the recipe has no twin. Returns the record."""
+    of, stem = twin
     recipe = recipe_for(of.model)
     assert recipe is not None  # the caller asked
     graphs = {p.graph: p.path for p in preps}
-    precision = quantized[0] if quantized else "float"
     extras = recipe.twin(TwinPart(loaded=run.loaded, export=run.exports.get(of.model.name), model=of.model,
                                   graphs=quantized[1] if quantized else graphs, cache=run.cache,
-                                  precision=precision))
+                                  precision=quantized[0] if quantized else "float"))
     if extras is None:
-        no_twin(of, twin_stem(of.model.name, precision))
-    else:
-        stage_recipe_twin(of, extras, graphs, quantized)
+        return no_twin(of, stem)
+    return stage_recipe_twin(of, extras, graphs, quantized)
 
 
 def real_inputs(store: SourceStore, loaded: LoadedMatrix, model: Model, prep: Prepared) -> TwinInputs | None:

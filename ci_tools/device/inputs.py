@@ -14,14 +14,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..compile.ran import DEVICE_MAX_BYTES, Ran, keep_spread, read_ran
+from ..compile.ran import DEVICE_MAX_BYTES, MAX_ENTRIES, Ran, keep_spread, read_ran
 from ..compile.records import BuildReport
 from ..errors import PackageError
 from ..matrix.schema import Model
 from ..prepare.graph import Prepared
 from ..recipes import recipe_for
-
-MAX_ENTRIES = 64  # inputs per graph: enough to judge, few enough for a device job's dataset
 
 
 @dataclass(frozen=True)
